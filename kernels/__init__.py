@@ -1,0 +1,76 @@
+"""Per-device kernels in one registry keyed by TensorFlow op type; no TensorFlow here.
+
+A kernel is `fn(inputs, outputs, attrs)`: `inputs` are read-only numpy arrays (flat, as the
+op receives them), `outputs` are preallocated arrays it must fill, `attrs` a dict with dtype
+attrs as numpy dtypes. It never writes its inputs. It may raise `shape_fns.Unsupported`
+(before writing) to send the op back to TensorFlow, or a `shape_fns.errors` class for bad input.
+"""
+import importlib
+
+import numpy as np
+
+KERNELS = {}          # (op_type, device) -> [KernelDef]
+DEVICE_MODULES = {"cpu": ("elementwise", "math_ops", "reduction_ops", "matmul_ops", "array_ops", "nn_ops")}
+_loaded = set()
+
+
+class KernelDef:
+    __slots__ = ("op", "device", "fn", "dtypes", "type_attr", "name")
+
+    def __init__(self, op, device, fn, dtypes, type_attr):
+        self.op, self.device, self.fn = op, device, fn
+        self.dtypes = None if dtypes is None else frozenset(np.dtype(d) for d in dtypes)
+        self.type_attr = type_attr
+        self.name = f"{device}:{getattr(fn, '__qualname__', op)}"
+
+    def accepts(self, attrs):
+        """None when this kernel takes these attrs, else the ledger reason."""
+        if self.dtypes is None or self.type_attr is None:
+            return None
+        names = (self.type_attr,) if isinstance(self.type_attr, str) else self.type_attr
+        for n in names:
+            d = attrs.get(n)
+            if d is not None and d not in self.dtypes:
+                return f"dtype:{np.dtype(d).name}"
+        return None
+
+
+def kernel(*op_types, device="cpu", dtypes=None, type_attr="T"):
+    """Register `fn(inputs, outputs, attrs)` for op types on a device.
+
+    dtypes: the dtypes accepted for attr `type_attr` (a name or a tuple of names), None = any.
+    """
+
+    def register(fn):
+        for op in op_types:
+            KERNELS.setdefault((op, device), []).append(
+                KernelDef(op, device, fn, dtypes, type_attr))
+        return fn
+
+    return register
+
+
+def load(device="cpu"):
+    """Import a device's kernel modules once; returns the registry."""
+    if device not in _loaded:
+        for m in DEVICE_MODULES.get(device, ()):
+            importlib.import_module(f"{__name__}.{device}.{m}")
+        _loaded.add(device)
+    return KERNELS
+
+
+def ops(device="cpu"):
+    return sorted(op for (op, dev) in KERNELS if dev == device)
+
+
+def lookup(op, device, attrs):
+    """(KernelDef, None) or (None, reason)."""
+    defs = KERNELS.get((op, device))
+    if not defs:
+        return None, "not_registered"
+    reason = None
+    for k in defs:
+        reason = k.accepts(attrs)
+        if reason is None:
+            return k, None
+    return None, reason

@@ -1,0 +1,1 @@
+"""CPU device kernels (numba, numpy, BLAS)."""

@@ -1,0 +1,20 @@
+"""Pure shape/dtype rules, one per TensorFlow op type; no TensorFlow, no arrays, no devices."""
+import importlib
+
+from .errors import (BackendError, InvalidArgumentError, OutOfRangeError,  # noqa: F401
+                     UnimplementedError, InternalError, Unsupported)
+from .registry import SHAPE_FNS, shape_fn, get  # noqa: F401
+from .spec import Spec, describe, fmt_shape  # noqa: F401
+
+MODULES = ("math_ops", "reduction_ops", "matmul_ops", "array_ops", "nn_ops")
+_loaded = False
+
+
+def load_all():
+    """Import every shape-fn module (registration happens at import)."""
+    global _loaded
+    if not _loaded:
+        for m in MODULES:
+            importlib.import_module(f"{__name__}.{m}")
+        _loaded = True
+    return SHAPE_FNS

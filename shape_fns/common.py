@@ -1,0 +1,66 @@
+"""Helpers shared by shape functions: broadcasting, axes, attr checks."""
+import numpy as np
+
+from .errors import InvalidArgumentError
+from .spec import Spec, fmt_shape
+
+
+def broadcast_shapes(a, b, op="op"):
+    """TensorFlow's binary broadcasting of two shapes (None = unknown dim or rank)."""
+    if a is None or b is None:
+        return None
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x is None or y is None:
+            if x == 1:
+                out.append(y)
+            elif y == 1:
+                out.append(x)
+            else:
+                out.append(x if x is not None else y)
+        elif x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            raise InvalidArgumentError(
+                f"Incompatible shapes: {fmt_shape(a)} vs. {fmt_shape(b)}")
+    return tuple(out)
+
+
+def same_dtype(inputs, op):
+    d = inputs[0].dtype
+    for s in inputs[1:]:
+        if s.dtype != d:
+            raise InvalidArgumentError(
+                f"{op}: expected all inputs to have dtype {d.name}, got {s.dtype.name}")
+    return d
+
+
+def normalize_axis(axis, rank, op="op"):
+    """Map a possibly negative axis into [0, rank); InvalidArgument when out of range."""
+    axis = int(axis)
+    if not -rank <= axis < rank:
+        raise InvalidArgumentError(
+            f"{op}: axis {axis} is out of range for a tensor of rank {rank}, "
+            f"expected in [{-rank}, {rank})")
+    return axis + rank if axis < 0 else axis
+
+
+def const_value(spec):
+    """The host value of an input (np.ndarray) or None when unknown."""
+    return spec.value
+
+
+def int_list(spec):
+    v = spec.value
+    if v is None:
+        return None
+    return [int(x) for x in np.asarray(v).reshape(-1)]
+
+
+def unknown(dtype, rank=None):
+    return Spec(None if rank is None else (None,) * rank, dtype)

@@ -1,0 +1,25 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long-running suites, not in the default CI run")
+
+
+@pytest.fixture(scope="session")
+def tf():
+    import tensorflow
+    return tensorflow
+
+
+@pytest.fixture
+def backend(tf):
+    """The backend enabled (mode "on") with a clean ledger; disabled afterwards."""
+    import tf_backend
+    assert tf_backend.enable("on")
+    tf_backend.reset_stats()
+    yield tf_backend
+    tf_backend.disable()

@@ -1,0 +1,2 @@
+"""Op table: array ops (data movement; exact comparison)."""
+CASES = []

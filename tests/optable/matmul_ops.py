@@ -1,0 +1,2 @@
+"""Op table: matmul ops."""
+CASES = []

@@ -1,0 +1,2 @@
+"""Op table: nn ops (conv, pooling, softmax, bias)."""
+CASES = []

@@ -1,0 +1,2 @@
+"""Op table: reduction ops."""
+CASES = []

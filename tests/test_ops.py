@@ -1,0 +1,48 @@
+"""Every op-table case against stock TensorFlow: values, dtypes, shapes, errors, ledger."""
+import numpy as np
+import pytest
+
+from tests import harness
+from tests.optable import all_cases
+
+CASES = all_cases()
+
+
+def _params():
+    for c in CASES:
+        for dt in c.dtypes:
+            marks = [pytest.mark.skip(reason=c.skip)] if c.skip else []
+            yield pytest.param(c, np.dtype(dt), id=f"{c.name}-{dt}", marks=marks)
+
+
+@pytest.mark.parametrize("case,dtype", list(_params()))
+def test_op_matches_stock(case, dtype, tf):
+    rng = np.random.default_rng(1234)
+    samples = case.samples(dtype, rng)
+    assert samples, "a case needs samples"
+    for i, args in enumerate(samples):
+        ref = harness.run_stock(case.fn, args)
+        ours, stats = harness.run_ours(case.fn, args)
+        n = case.reduction_len(args) if case.reduction_len else 1
+        harness.assert_matches(ours, ref, case.kind, n, case.rtol, case.atol,
+                               what=f"{case.name} sample {i}")
+        assert harness.backend_calls(stats, case.op) > 0, (
+            f"{case.op} did not run on our kernel for sample {i}: {stats['ops'].get(case.op)}")
+
+
+def _error_params():
+    for c in CASES:
+        if c.errors is None:
+            continue
+        for dt in c.dtypes[:1] if c.errors else ():
+            marks = [pytest.mark.skip(reason=c.skip)] if c.skip else []
+            yield pytest.param(c, np.dtype(dt), id=f"{c.name}-{dt}", marks=marks)
+
+
+@pytest.mark.parametrize("case,dtype", list(_error_params()))
+def test_op_errors_match_stock(case, dtype, tf):
+    for args in case.errors(dtype):
+        stock_cls, stock_exc = harness.raised(case.fn, args, "off")
+        assert stock_cls is not None, f"stock TensorFlow did not raise for {case.name} error input"
+        ours_cls, ours_exc = harness.raised(case.fn, args, "on")
+        assert ours_cls is stock_cls, f"stock raised {stock_exc!r}, ours {ours_exc!r}"

@@ -1,0 +1,45 @@
+"""tf_backend: a TFRT-style runtime for TensorFlow. Set TF_BACKEND=1, run TensorFlow code unchanged.
+
+Kept import-light: TensorFlow, numpy and numba are imported only when the backend is enabled.
+"""
+__version__ = "0.1.0"
+
+
+def enable(mode="on", force=False):
+    """Install the hooks; mode is "on" or "strict". Returns True when the backend is active."""
+    from . import switch
+    return switch.enable(mode, force=force)
+
+
+def disable():
+    from . import switch
+    switch.disable()
+
+
+def enabled(mode="on", force=False):
+    """Context manager: the backend in `mode` inside the block, the previous mode after."""
+    from . import switch
+    return switch.enabled(mode, force=force)
+
+
+def mode():
+    """The active mode: "off", "on" or "strict"."""
+    from . import switch
+    return switch.mode()
+
+
+def stats():
+    """The ledger: {"ops": {op: {"backend", "fallback", "errors", "reasons", "kernels"}}, "totals"}."""
+    from . import ledger
+    return ledger.snapshot()
+
+
+def reset_stats():
+    from . import ledger
+    ledger.reset()
+
+
+def report(path="-"):
+    """Write the ledger as JSON to `path`, or as a table on stderr for "-"."""
+    from . import ledger
+    ledger.write_report(path, ledger.snapshot())

@@ -1,0 +1,61 @@
+"""Interpreter start-up hook (from tf_backend_startup.pth) for TF_BACKEND=1 with no code change.
+
+Runs only when TF_BACKEND is set: it adds a meta-path finder that waits for `tensorflow` to
+finish importing and then enables the backend. Nothing here imports TensorFlow or numpy.
+"""
+import importlib.abc
+import os
+import sys
+
+_installed = False
+
+
+class _EnableAfterTensorFlow(importlib.abc.MetaPathFinder):
+    """Wraps the real loader of `tensorflow` so that the backend is enabled right after it runs."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find else None
+            if spec is not None and spec.loader is not None:
+                _wrap(spec.loader)
+                return spec
+        return None
+
+
+def _wrap(loader):
+    exec_module = loader.exec_module
+
+    def exec_then_enable(module):
+        exec_module(module)
+        loader.exec_module = exec_module
+        _enable_from_env()
+
+    loader.exec_module = exec_then_enable
+
+
+def _enable_from_env():
+    from . import config
+    mode = config.env_mode()  # raises ValueError naming the bad value
+    if mode != "off":
+        from . import switch
+        switch.enable(mode)
+
+
+def install():
+    """Called from the .pth file when TF_BACKEND is set."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    if "tensorflow" in sys.modules:  # imported before site ran (unusual): enable now
+        _enable_from_env()
+        return
+    sys.meta_path.insert(0, _EnableAfterTensorFlow())
+
+
+def env_requested():
+    return os.environ.get("TF_BACKEND", "").strip().lower() not in ("", "0", "off", "false", "no")

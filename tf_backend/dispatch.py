@@ -1,0 +1,212 @@
+"""Eager dispatch: op request -> kernel lookup -> shape fn -> aligned outputs -> kernel -> tensors.
+
+Also decides, and records in the ledger, every fallback to TensorFlow's own kernels.
+"""
+import threading
+import warnings
+
+import kernels
+import shape_fns
+from shape_fns import BackendError, Spec, Unsupported, describe
+
+from . import alloc, ledger, tf_adapter as tfa
+
+# Ops we never run, whatever is registered (DESIGN.md §5). Stateful ops and ops that touch
+# resources, variants or strings are excluded by their OpDef as well.
+NEVER_INTERCEPT = frozenset("""
+VarHandleOp ReadVariableOp AssignVariableOp AssignAddVariableOp AssignSubVariableOp
+DestroyResourceOp VarIsInitializedOp ResourceGather ResourceScatterAdd
+StatelessRandomUniform StatelessRandomUniformV2 StatelessRandomNormal StatelessRandomNormalV2
+StatelessTruncatedNormal StatelessTruncatedNormalV2 StatelessRandomUniformInt
+StatelessRandomUniformIntV2 StatelessRandomUniformFullInt StatelessRandomUniformFullIntV2
+StatelessRandomGetKeyCounter StatelessRandomGetKeyCounterAlg StatelessRandomGetAlg
+StatelessMultinomial StatelessRandomBinomial StatelessRandomGammaV2 StatelessRandomGammaV3
+StatelessRandomPoisson StatelessParameterizedTruncatedNormal StatelessShuffle
+CheckNumerics CheckNumericsV2 EagerPyFunc PyFunc PyFuncStateless
+PartitionedCall StatefulPartitionedCall
+""".split())
+_BAD_ARG_TYPES = {7: "string", 20: "resource", 21: "variant"}
+
+_state = threading.local()
+mode = "off"                 # "off" | "on" | "strict"; set by tf_backend.switch
+owned = set()                # op names the fast-path hook bounces to us
+check_input_devices = False  # True only when TensorFlow sees a GPU
+
+
+class OpInfo:
+    __slots__ = ("op", "eligible", "reason", "shape_fn", "type_attrs", "list_type_attrs")
+
+
+_infos = {}
+_attr_cache = {}
+_warned = set()
+
+
+def _build_info(op):
+    sig = tfa.op_signature(op)
+    if sig is None:
+        return None  # a function call (__inference_f_12), not an op
+    stateful, type_attrs, list_type_attrs, _ = sig
+    info = OpInfo()
+    info.op, info.type_attrs, info.list_type_attrs = op, type_attrs, list_type_attrs
+    info.shape_fn = shape_fns.get(op)
+    info.eligible = not (op in NEVER_INTERCEPT or stateful or _touches_state(op))
+    if not info.eligible:
+        info.reason = "never_intercept"
+    elif not kernels.KERNELS.get((op, "cpu")) or info.shape_fn is None:
+        info.reason = "not_registered"
+    else:
+        info.reason = None
+    return info
+
+
+def _touches_state(op):
+    od = tfa.op_def(op)
+    for a in list(od.input_arg) + list(od.output_arg):
+        if a.type in _BAD_ARG_TYPES:
+            return True
+    return False
+
+
+def info_for(op):
+    try:
+        return _infos[op]
+    except KeyError:
+        info = _infos[op] = _build_info(op)
+        return info
+
+
+def refresh():
+    """Recompute ownership after kernels or shape fns were (un)registered."""
+    _infos.clear()
+    _attr_cache.clear()
+    owned.clear()
+    kernels.load("cpu")
+    shape_fns.load_all()
+    for (op, dev) in list(kernels.KERNELS):
+        if dev == "cpu":
+            info = info_for(op)
+            if info is not None and info.reason is None:
+                owned.add(op)
+
+
+def _fallback(info, reason):
+    ledger.fallback(info.op, reason)
+    if mode == "strict" and info.eligible:
+        raise tfa.status_error(
+            f"tf_backend strict mode: op {info.op} fell back to TensorFlow ({reason})", 12)
+    return None
+
+
+def on_fast_passthrough(op):
+    info = info_for(op)
+    if info is None:
+        return
+    ledger.fallback(op, info.reason)
+    if mode == "strict" and info.eligible:
+        raise tfa.tf_error(
+            f"tf_backend strict mode: op {op} fell back to TensorFlow ({info.reason})", 12)
+
+
+def on_fast_uncount(op):
+    info = info_for(op)
+    if info is not None:
+        ledger.uncount_fallback(op, info.reason)
+
+
+def _decode_attrs(info, flat):
+    attrs = {}
+    bad = None
+    for i in range(0, len(flat), 2):
+        k, v = flat[i], flat[i + 1]
+        if k in info.type_attrs:
+            d = tfa.ENUM_TO_DTYPE.get(v)
+            if d is None:
+                bad = f"dtype:{_enum_name(v)}"
+            v = d
+        elif k in info.list_type_attrs:
+            v = tuple(tfa.ENUM_TO_DTYPE.get(e) for e in v)
+            if None in v:
+                bad = "dtype:list"
+        elif type(v) is bytes:
+            v = v.decode()
+        elif type(v) is list and v and type(v[0]) is bytes:
+            v = [e.decode() for e in v]
+        attrs[k] = v
+    return attrs, bad
+
+
+def _enum_name(e):
+    return {7: "string", 8: "complex64", 18: "complex128", 20: "resource",
+            21: "variant"}.get(e, f"enum{e}")
+
+
+def _resolve(info, flat):
+    """(attrs, kernel_def, reason), cached by the flat attr tuple when it is hashable."""
+    key = (info.op, flat)
+    try:
+        return _attr_cache[key]
+    except KeyError:
+        pass
+    except TypeError:
+        key = None
+    attrs, bad = _decode_attrs(info, flat)
+    if bad:
+        res = (attrs, None, bad)
+    else:
+        kdef, reason = kernels.lookup(info.op, "cpu", attrs)
+        res = (attrs, kdef, reason)
+    if key is not None:
+        if len(_attr_cache) > 8192:
+            _attr_cache.clear()
+        _attr_cache[key] = res
+    return res
+
+
+def on_slow(op_name, inputs, flat_attrs, device_name):
+    """The TFE_Py_Execute hook: run the op on our kernel, or return None for TensorFlow."""
+    op = op_name.decode() if type(op_name) is bytes else op_name
+    info = info_for(op)
+    if info is None:
+        return None
+    if info.reason is not None:
+        return _fallback(info, info.reason)
+    if device_name and not tfa.device_is_cpu(device_name):
+        return _fallback(info, "device_placement")
+    if check_input_devices:
+        for t in inputs:
+            if not tfa.device_is_cpu(getattr(t, "device", "")):
+                return _fallback(info, "device_placement")
+    attrs, kdef, reason = _resolve(info, flat_attrs)
+    if kdef is None:
+        return _fallback(info, reason)
+    try:
+        arrays = [tfa.to_numpy(t) for t in inputs]
+    except Exception:  # an input TensorFlow cannot hand over as numpy
+        return _fallback(info, "input_kind")
+    return run(info, kdef, arrays, attrs)
+
+
+def run(info, kdef, arrays, attrs):
+    """Shape fn -> allocate -> kernel -> EagerTensors (or None to fall back)."""
+    specs = [Spec(a.shape, a.dtype, a) for a in arrays]
+    try:
+        out_specs = info.shape_fn(specs, attrs)
+        outs = [alloc.empty(s.shape, s.dtype) for s in out_specs]
+        kdef.fn(arrays, outs, attrs)
+    except Unsupported as u:
+        return _fallback(info, u.reason)
+    except BackendError as e:
+        ledger.error(info.op)
+        raise tfa.status_error(
+            f"{e.message} (op {info.op}; inputs: {describe(specs)}) [Op:{info.op}]",
+            e.code) from None
+    except Exception as e:  # a defect of ours: never the user's problem; TensorFlow runs it
+        if (info.op, type(e)) not in _warned:
+            _warned.add((info.op, type(e)))
+            warnings.warn(f"tf_backend: kernel {kdef.name} failed on {describe(specs)} "
+                          f"({type(e).__name__}: {e}); falling back to TensorFlow",
+                          RuntimeWarning, stacklevel=2)
+        return _fallback(info, f"internal_error:{type(e).__name__}")
+    ledger.backend(info.op, kdef.name)
+    return [tfa.make_tensor(o) for o in outs]

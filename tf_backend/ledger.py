@@ -1,0 +1,95 @@
+"""The ledger: every dispatch decision, counted per op type, device kernel and fallback reason."""
+import json
+import sys
+import threading
+
+_lock = threading.Lock()
+_ops = {}
+
+
+class _OpStats:
+    __slots__ = ("backend", "fallback", "errors", "reasons", "kernels")
+
+    def __init__(self):
+        self.backend = self.fallback = self.errors = 0
+        self.reasons = {}
+        self.kernels = {}
+
+
+def _get(op):
+    s = _ops.get(op)
+    if s is None:
+        with _lock:
+            s = _ops.setdefault(op, _OpStats())
+    return s
+
+
+def backend(op, kernel_name):
+    s = _get(op)
+    with _lock:
+        s.backend += 1
+        s.kernels[kernel_name] = s.kernels.get(kernel_name, 0) + 1
+
+
+def fallback(op, reason):
+    s = _get(op)
+    with _lock:
+        s.fallback += 1
+        s.reasons[reason] = s.reasons.get(reason, 0) + 1
+
+
+def uncount_fallback(op, reason):
+    s = _get(op)
+    with _lock:
+        s.fallback -= 1
+        n = s.reasons.get(reason, 0) - 1
+        if n > 0:
+            s.reasons[reason] = n
+        else:
+            s.reasons.pop(reason, None)
+
+
+def error(op):
+    """A call that ran our shape fn/kernel and raised the user's error (bad input)."""
+    s = _get(op)
+    with _lock:
+        s.errors += 1
+
+
+def reset():
+    with _lock:
+        _ops.clear()
+
+
+def snapshot():
+    with _lock:
+        ops = {op: {"backend": s.backend, "fallback": s.fallback, "errors": s.errors,
+                    "reasons": dict(s.reasons), "kernels": dict(s.kernels)}
+               for op, s in sorted(_ops.items())}
+    backend_calls = sum(o["backend"] for o in ops.values())
+    fallback_calls = sum(o["fallback"] for o in ops.values())
+    return {"ops": ops,
+            "totals": {"backend": backend_calls, "fallback": fallback_calls,
+                       "coverage": backend_calls / max(1, backend_calls + fallback_calls)}}
+
+
+def format_table(stats):
+    rows = [("op", "backend", "fallback", "errors", "fallback reasons")]
+    for op, o in stats["ops"].items():
+        reasons = ", ".join(f"{r}×{n}" for r, n in sorted(o["reasons"].items()))
+        rows.append((op, str(o["backend"]), str(o["fallback"]), str(o["errors"]), reasons))
+    w = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r[:4]))
+             + "  " + r[4] for r in rows]
+    t = stats["totals"]
+    lines.append(f"total: {t['backend']} on backend kernels, {t['fallback']} fell back "
+                 f"({100 * t['coverage']:.1f}% on backend)")
+    return "\n".join(lines)
+
+
+def write_report(path, stats):
+    if path == "-":
+        sys.stderr.write("tf_backend ledger\n" + format_table(stats) + "\n")
+    else:
+        with open(path, "w") as f:
+            json.dump(stats, f, indent=1, sort_keys=True)

@@ -1,0 +1,82 @@
+"""The numerics contract in one place: dtype-aware tolerances and comparison (DESIGN.md §6).
+
+Exact for integers, bool and data movement; elementwise floats within a few ulp; reductions,
+matmul and convolutions within a bound that grows with the reduction length.
+"""
+import math
+
+import numpy as np
+
+# Relative error per unit of "reduction length" (the number of terms summed into one output).
+_EPS = {"float16": 9.77e-4, "bfloat16": 7.82e-3, "float32": 1.19e-7, "float64": 2.22e-16}
+ELEMENTWISE_ULPS = 4
+
+
+def tolerance(dtype, kind="elementwise", reduction_len=1):
+    """(rtol, atol) for comparing a result of `dtype` to the oracle.
+
+    kind: "exact" (integers, bool, data movement), "elementwise", or "reduction" (sums, matmul,
+    conv: the bound scales with sqrt of the reduction length, with a floor of a few ulp).
+    """
+    dtype = np.dtype(dtype)
+    if kind == "exact" or dtype.kind in "biu":
+        return 0.0, 0.0
+    eps = _EPS.get(dtype.name, 1.19e-7)
+    if kind == "elementwise":
+        return ELEMENTWISE_ULPS * eps, ELEMENTWISE_ULPS * eps
+    n = max(1, int(reduction_len))
+    scale = 8 * math.sqrt(n) + 4
+    return scale * eps, scale * eps
+
+
+def compare(ours, ref, kind="elementwise", reduction_len=1, rtol=None, atol=None):
+    """None when `ours` matches `ref` under the contract, else a one-line description."""
+    ours, ref = np.asarray(ours), np.asarray(ref)
+    if ours.dtype != ref.dtype:
+        return f"dtype {ours.dtype} != {ref.dtype}"
+    if ours.shape != ref.shape:
+        return f"shape {ours.shape} != {ref.shape}"
+    if ours.size == 0:
+        return None
+    r, a = tolerance(ref.dtype, kind, reduction_len)
+    r = r if rtol is None else rtol
+    a = a if atol is None else atol
+    if ref.dtype.kind in "biuSO" or (r == 0 and a == 0):
+        same = ours == ref
+        if ref.dtype.kind in "fc":
+            same |= np.isnan(ours) & np.isnan(ref)
+        if same.all():
+            return None
+        idx = np.unravel_index(np.argmin(same), same.shape)
+        return f"mismatch at {idx}: {ours[idx]!r} vs {ref[idx]!r} ({(~same).sum()} elements)"
+    o, f = ours.astype(np.float64), ref.astype(np.float64)
+    nan_o, nan_f = np.isnan(o), np.isnan(f)
+    if (nan_o != nan_f).any():
+        idx = np.unravel_index(np.argmax(nan_o != nan_f), o.shape)
+        return f"NaN mismatch at {idx}: {ours[idx]!r} vs {ref[idx]!r}"
+    inf = np.isinf(f) | np.isinf(o)
+    if (o[inf] != f[inf]).any():
+        idx = np.unravel_index(np.argmax(inf & (o != f)), o.shape)
+        return f"Inf mismatch at {idx}: {ours[idx]!r} vs {ref[idx]!r}"
+    ok = nan_f | inf
+    with np.errstate(all="ignore"):
+        err = np.abs(o - f)
+        bound = a + r * np.abs(f)
+    bad = ~ok & (err > bound)
+    if not bad.any():
+        return None
+    idx = np.unravel_index(np.argmax(np.where(bad, err, -1)), o.shape)
+    return (f"max error {err[idx]:.3g} at {idx}: {ours[idx]!r} vs {ref[idx]!r} "
+            f"(rtol {r:.2g}, atol {a:.2g}, {bad.sum()} elements out of tolerance)")
+
+
+def max_errors(ours, ref):
+    """(max abs error, max rel error) ignoring positions where both are NaN/equal Inf."""
+    o, f = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
+    if o.size == 0:
+        return 0.0, 0.0
+    with np.errstate(all="ignore"):
+        same = (o == f) | (np.isnan(o) & np.isnan(f))
+        err = np.where(same, 0.0, np.abs(o - f))
+        rel = np.where(same, 0.0, err / np.maximum(np.abs(f), np.finfo(np.float64).tiny))
+    return float(np.nanmax(err)), float(np.nanmax(rel))

@@ -1,0 +1,64 @@
+"""enable()/disable()/enabled(): install or remove the hooks; idempotent and thread-safe."""
+import atexit
+import contextlib
+import os
+import threading
+
+from . import config, dispatch, ledger, tf_adapter as tfa
+
+_lock = threading.RLock()
+_report_registered = False
+
+
+def enable(mode="on", force=False):
+    """Turn the backend on (mode "on" or "strict"). Returns True when active."""
+    mode = config.parse_mode(mode) if mode is not True else "on"
+    if mode == "off":
+        disable()
+        return False
+    with _lock:
+        version = tfa.tf_version()
+        if not (tfa.is_verified(version) or force or config.env_force()):
+            tfa.warn_unverified(version)
+            return False
+        dispatch.refresh()
+        dispatch.check_input_devices = tfa.gpus_visible()
+        dispatch.mode = mode
+        tfa.install(dispatch.owned, dispatch.on_fast_passthrough, dispatch.on_fast_uncount,
+                    dispatch.on_slow)
+        _register_report()
+        return True
+
+
+def disable():
+    with _lock:
+        dispatch.mode = "off"
+        tfa.uninstall()
+
+
+def mode():
+    return dispatch.mode if tfa.installed() else "off"
+
+
+@contextlib.contextmanager
+def enabled(mode="on", force=False):
+    """Run a block with the backend in `mode`, restoring the previous mode afterwards."""
+    with _lock:
+        prev = globals()["mode"]()
+        enable(mode, force=force)
+    try:
+        yield
+    finally:
+        with _lock:
+            if prev == "off":
+                disable()
+            else:
+                enable(prev, force=True)
+
+
+def _register_report():
+    global _report_registered
+    if not _report_registered and os.environ.get("TF_BACKEND_REPORT"):
+        _report_registered = True
+        atexit.register(lambda: ledger.write_report(os.environ["TF_BACKEND_REPORT"],
+                                                    ledger.snapshot()))

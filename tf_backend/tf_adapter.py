@@ -1,0 +1,214 @@
+"""The only module that touches TensorFlow private APIs; every use is version-checked here.
+
+Verified against the TensorFlow versions in VERIFIED. Facts it relies on: ../shared/DESIGN.md §2-3.
+"""
+import threading
+import warnings
+
+import numpy as np
+
+VERIFIED = ("2.21",)
+CPU_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+# TF DataType enum <-> numpy dtype (only the dtypes our kernels may see).
+_ENUM_TO_NP = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16,
+               6: np.int8, 9: np.int64, 10: np.bool_, 17: np.uint16, 19: np.float16,
+               22: np.uint32, 23: np.uint64}
+ENUM_TO_DTYPE = {k: np.dtype(v) for k, v in _ENUM_TO_NP.items()}
+DTYPE_TO_ENUM = {v: k for k, v in ENUM_TO_DTYPE.items()}
+try:  # bfloat16 through ml_dtypes (a TensorFlow dependency)
+    import ml_dtypes
+    ENUM_TO_DTYPE[14] = np.dtype(ml_dtypes.bfloat16)
+    DTYPE_TO_ENUM[np.dtype(ml_dtypes.bfloat16)] = 14
+except ImportError:  # pragma: no cover
+    pass
+
+_lock = threading.Lock()
+_installed = None     # (pywrap_tfe, orig_fast, orig_slow) while hooks are in place
+
+
+def tf_version():
+    import tensorflow as tf
+    return tf.__version__
+
+
+def is_verified(version=None):
+    version = version or tf_version()
+    return any(version == v or version.startswith(v + ".") for v in VERIFIED)
+
+
+def _tf():
+    from tensorflow.python import pywrap_tfe
+    from tensorflow.python.eager import context, core
+    from tensorflow.python.framework import ops, op_def_registry
+    return pywrap_tfe, context, core, ops, op_def_registry
+
+
+def install(fast_owned, on_fast_passthrough, on_fast_uncount, on_slow):
+    """Patch both eager entry points.
+
+    fast_owned: a set-like of op names we want to run (they are bounced to the slow path, where
+    TensorFlow's generated fallback normalises inputs/attrs, runs op callbacks and records
+    gradients). on_slow(op_name, inputs, flat_attrs, device_name) returns a list of EagerTensors,
+    or None to let TensorFlow run the op.
+    """
+    global _installed
+    with _lock:
+        if _installed is not None:
+            return
+        pywrap_tfe, context, core, ops, _ = _tf()
+        orig_fast, orig_slow = pywrap_tfe.TFE_Py_FastPathExecute, pywrap_tfe.TFE_Py_Execute
+        fallback_exc = core._FallbackException
+
+        def fast_hook(ctx, op_name, name, *args):
+            if op_name in fast_owned:
+                raise fallback_exc()
+            on_fast_passthrough(op_name)
+            try:
+                return orig_fast(ctx, op_name, name, *args)
+            except fallback_exc:
+                on_fast_uncount(op_name)
+                raise
+
+        def slow_hook(ctx_handle, device_name, op_name, inputs, attrs, num_outputs):
+            out = on_slow(op_name, inputs, attrs, device_name)
+            if out is None:
+                return orig_slow(ctx_handle, device_name, op_name, inputs, attrs, num_outputs)
+            return out
+
+        fast_hook.__wrapped__, slow_hook.__wrapped__ = orig_fast, orig_slow
+        pywrap_tfe.TFE_Py_FastPathExecute = fast_hook
+        pywrap_tfe.TFE_Py_Execute = slow_hook
+        _installed = (pywrap_tfe, orig_fast, orig_slow)
+
+
+def uninstall():
+    global _installed
+    with _lock:
+        if _installed is None:
+            return
+        pywrap_tfe, orig_fast, orig_slow = _installed
+        pywrap_tfe.TFE_Py_FastPathExecute = orig_fast
+        pywrap_tfe.TFE_Py_Execute = orig_slow
+        _installed = None
+
+
+def installed():
+    return _installed is not None
+
+
+def entry_points():
+    """The current (fast, slow) entry points, for tests that check nothing is patched."""
+    from tensorflow.python import pywrap_tfe
+    return pywrap_tfe.TFE_Py_FastPathExecute, pywrap_tfe.TFE_Py_Execute
+
+
+def op_def(op_name):
+    from tensorflow.python.framework import op_def_registry
+    return op_def_registry.get(op_name)
+
+
+def op_signature(op_name):
+    """(is_stateful, type_attrs, list_type_attrs, arg_types) of an op, or None for non-ops."""
+    od = op_def(op_name)
+    if od is None:
+        return None
+    type_attrs = frozenset(a.name for a in od.attr if a.type == "type")
+    list_type_attrs = frozenset(a.name for a in od.attr if a.type == "list(type)")
+    arg_types = [a.type for a in list(od.input_arg) + list(od.output_arg)]
+    return od.is_stateful, type_attrs, list_type_attrs, arg_types
+
+
+def to_numpy(t):
+    """Zero-copy, read-only numpy view of an EagerTensor (kernels must not write inputs)."""
+    a = t._numpy()
+    if type(a) is not np.ndarray:  # 0-d tensors come back as numpy scalars
+        return np.asarray(a)
+    a.flags.writeable = False
+    return a
+
+
+_EagerTensor = None
+
+
+def make_tensor(arr):
+    """Wrap a C-contiguous numpy array as an EagerTensor on the CPU (zero-copy if aligned)."""
+    global _EagerTensor
+    if _EagerTensor is None:
+        from tensorflow.python.framework import ops
+        _EagerTensor = ops.EagerTensor
+    return _EagerTensor(arr, CPU_DEVICE, DTYPE_TO_ENUM[arr.dtype])
+
+
+def status_error(message, code):
+    """An exception that TensorFlow's execute path turns into the tf.errors class for `code`."""
+    from tensorflow.python.eager import core
+    return core._NotOkStatusException(message, code, None)
+
+
+def tf_error(message, code):
+    """The tf.errors exception for a canonical code."""
+    from tensorflow.python.framework import errors
+    cls = errors.exception_type_from_error_code(code)
+    return cls(None, None, message)
+
+
+def ctx():
+    from tensorflow.python.eager import context
+    return context.context()
+
+
+def device_is_cpu(device_name):
+    return not device_name or "CPU" in device_name.upper()
+
+
+def gpus_visible():
+    import tensorflow as tf
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def warn_unverified(version):
+    warnings.warn(
+        f"tf_backend: TensorFlow {version} is not a version the hooks were verified against "
+        f"({', '.join(VERIFIED)}); the backend stays disabled. Set TF_BACKEND_FORCE=1 or call "
+        f"tf_backend.enable(force=True) to try anyway.", RuntimeWarning, stacklevel=3)
+
+
+def canonical_attr(value, kind):
+    """An attr value in the form kernels and shape fns see: dtypes as numpy dtypes, str not bytes."""
+    if kind == "type":
+        return ENUM_TO_DTYPE.get(_enum(value))
+    if kind == "list(type)":
+        return tuple(ENUM_TO_DTYPE.get(_enum(v)) for v in value)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, (list, tuple)):
+        return [v.decode() if isinstance(v, bytes) else v for v in value]
+    return value
+
+
+def _enum(v):
+    return v if isinstance(v, int) else v.as_datatype_enum
+
+
+def graph_op_attrs(op):
+    """Canonical attrs of a graph Operation (for shape-fn checks and the program compiler)."""
+    out = {}
+    for a in op.op_def.attr:
+        try:
+            v = op.get_attr(a.name)
+        except ValueError:
+            continue
+        if a.type == "shape":
+            v = None if v.rank is None else tuple(v.as_list())
+        out[a.name] = canonical_attr(v, a.type)
+    return out
+
+
+def graph_const_value(t):
+    """Host value of a graph tensor when TensorFlow can fold it to a constant, else None."""
+    from tensorflow.python.framework import tensor_util
+    try:
+        return tensor_util.constant_value(t)
+    except Exception:
+        return None
