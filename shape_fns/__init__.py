@@ -3,7 +3,7 @@ import importlib
 
 from .errors import (BackendError, InvalidArgumentError, OutOfRangeError,  # noqa: F401
                      UnimplementedError, InternalError, Unsupported)
-from .registry import SHAPE_FNS, shape_fn, get  # noqa: F401
+from .registry import SHAPE_FNS, VALUE_FREE, shape_fn, get  # noqa: F401
 from .spec import Spec, describe, fmt_shape  # noqa: F401
 
 MODULES = ("math_ops", "reduction_ops", "matmul_ops", "array_ops", "nn_ops")

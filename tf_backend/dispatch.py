@@ -34,11 +34,13 @@ check_input_devices = False  # True only when TensorFlow sees a GPU
 
 
 class OpInfo:
-    __slots__ = ("op", "eligible", "reason", "shape_fn", "type_attrs", "list_type_attrs")
+    __slots__ = ("op", "eligible", "reason", "shape_fn", "type_attrs", "list_type_attrs",
+                 "value_free")
 
 
 _infos = {}
 _attr_cache = {}
+_spec_cache = {}   # (op, attrs key, input shapes) -> output specs, for value-free shape fns
 _warned = set()
 
 
@@ -50,6 +52,7 @@ def _build_info(op):
     info = OpInfo()
     info.op, info.type_attrs, info.list_type_attrs = op, type_attrs, list_type_attrs
     info.shape_fn = shape_fns.get(op)
+    info.value_free = op in shape_fns.VALUE_FREE
     info.eligible = not (op in NEVER_INTERCEPT or stateful or _touches_state(op))
     if not info.eligible:
         info.reason = "never_intercept"
@@ -80,6 +83,7 @@ def refresh():
     """Recompute ownership after kernels or shape fns were (un)registered."""
     _infos.clear()
     _attr_cache.clear()
+    _spec_cache.clear()
     owned.clear()
     kernels.load("cpu")
     shape_fns.load_all()
@@ -184,24 +188,46 @@ def on_slow(op_name, inputs, flat_attrs, device_name):
         arrays = [tfa.to_numpy(t) for t in inputs]
     except Exception:  # an input TensorFlow cannot hand over as numpy
         return _fallback(info, "input_kind")
-    return run(info, kdef, arrays, attrs)
-
-
-def run(info, kdef, arrays, attrs):
-    """Shape fn -> allocate -> kernel -> EagerTensors (or None to fall back)."""
-    specs = [Spec(a.shape, a.dtype, a) for a in arrays]
     try:
-        out_specs = info.shape_fn(specs, attrs)
+        hash(flat_attrs)
+        key = flat_attrs
+    except TypeError:
+        key = None
+    return run(info, kdef, arrays, attrs, key)
+
+
+def _out_specs(info, arrays, attrs, attrs_key):
+    if info.value_free and attrs_key is not None:
+        key = (info.op, attrs_key, *[a.shape for a in arrays])
+        out = _spec_cache.get(key)
+        if out is None:
+            out = info.shape_fn([Spec(a.shape, a.dtype) for a in arrays], attrs)
+            if len(_spec_cache) > 16384:
+                _spec_cache.clear()
+            _spec_cache[key] = out
+        return out
+    return info.shape_fn([Spec(a.shape, a.dtype, a) for a in arrays], attrs)
+
+
+def run(info, kdef, arrays, attrs, attrs_key=None):
+    """Shape fn -> allocate -> kernel -> EagerTensors (or None to fall back).
+
+    attrs_key: a hashable key of the attrs (the flat attr tuple), enabling the spec cache.
+    """
+    try:
+        out_specs = _out_specs(info, arrays, attrs, attrs_key)
         outs = [alloc.empty(s.shape, s.dtype) for s in out_specs]
         kdef.fn(arrays, outs, attrs)
     except Unsupported as u:
         return _fallback(info, u.reason)
     except BackendError as e:
         ledger.error(info.op)
+        specs = [Spec(a.shape, a.dtype) for a in arrays]
         raise tfa.status_error(
             f"{e.message} (op {info.op}; inputs: {describe(specs)}) [Op:{info.op}]",
             e.code) from None
     except Exception as e:  # a defect of ours: never the user's problem; TensorFlow runs it
+        specs = [Spec(a.shape, a.dtype) for a in arrays]
         if (info.op, type(e)) not in _warned:
             _warned.add((info.op, type(e)))
             warnings.warn(f"tf_backend: kernel {kdef.name} failed on {describe(specs)} "

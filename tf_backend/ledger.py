@@ -25,10 +25,11 @@ def _get(op):
 
 
 def backend(op, kernel_name):
-    s = _get(op)
+    s = _ops.get(op) or _get(op)
     with _lock:
         s.backend += 1
-        s.kernels[kernel_name] = s.kernels.get(kernel_name, 0) + 1
+        k = s.kernels
+        k[kernel_name] = k.get(kernel_name, 0) + 1
 
 
 def fallback(op, reason):

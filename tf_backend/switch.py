@@ -4,7 +4,7 @@ import contextlib
 import os
 import threading
 
-from . import config, dispatch, ledger, tf_adapter as tfa
+from . import config, dispatch, fastpath, ledger, tf_adapter as tfa
 
 _lock = threading.RLock()
 _report_registered = False
@@ -24,7 +24,7 @@ def enable(mode="on", force=False):
         dispatch.refresh()
         dispatch.check_input_devices = tfa.gpus_visible()
         dispatch.mode = mode
-        tfa.install(dispatch.owned, dispatch.on_fast_passthrough, dispatch.on_fast_uncount,
+        tfa.install(dispatch.owned, fastpath.on_fast, dispatch.on_fast_passthrough, dispatch.on_fast_uncount,
                     dispatch.on_slow)
         _register_report()
         return True

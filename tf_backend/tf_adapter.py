@@ -44,12 +44,16 @@ def _tf():
     return pywrap_tfe, context, core, ops, op_def_registry
 
 
-def install(fast_owned, on_fast_passthrough, on_fast_uncount, on_slow):
+BOUNCE = object()   # returned by on_fast: let TensorFlow's generated fallback handle this call
+
+
+def install(fast_owned, on_fast, on_fast_passthrough, on_fast_uncount, on_slow):
     """Patch both eager entry points.
 
     fast_owned: a set-like of op names we want to run (they are bounced to the slow path, where
     TensorFlow's generated fallback normalises inputs/attrs, runs op callbacks and records
-    gradients). on_slow(op_name, inputs, flat_attrs, device_name) returns a list of EagerTensors,
+    gradients) unless on_fast(ctx, op_name, name, args) runs them directly (returning the
+    result, or BOUNCE). on_slow(op_name, inputs, flat_attrs, device_name) returns a list of EagerTensors,
     or None to let TensorFlow run the op.
     """
     global _installed
@@ -62,7 +66,10 @@ def install(fast_owned, on_fast_passthrough, on_fast_uncount, on_slow):
 
         def fast_hook(ctx, op_name, name, *args):
             if op_name in fast_owned:
-                raise fallback_exc()
+                r = on_fast(ctx, op_name, name, args)
+                if r is BOUNCE:
+                    raise fallback_exc()
+                return r
             on_fast_passthrough(op_name)
             try:
                 return orig_fast(ctx, op_name, name, *args)
@@ -120,11 +127,11 @@ def op_signature(op_name):
 
 
 def to_numpy(t):
-    """Zero-copy, read-only numpy view of an EagerTensor (kernels must not write inputs)."""
+    """Zero-copy numpy view of an EagerTensor. It aliases TensorFlow's memory and is writable:
+    kernels must never write their inputs (the op-table tests check every input afterwards)."""
     a = t._numpy()
     if type(a) is not np.ndarray:  # 0-d tensors come back as numpy scalars
         return np.asarray(a)
-    a.flags.writeable = False
     return a
 
 
@@ -159,7 +166,8 @@ def ctx():
 
 
 def device_is_cpu(device_name):
-    return not device_name or "CPU" in device_name.upper()
+    """True for no device scope or the host CPU:0 (our outputs live on CPU:0)."""
+    return not device_name or device_name.upper().endswith("CPU:0")
 
 
 def gpus_visible():
@@ -212,3 +220,80 @@ def graph_const_value(t):
         return tensor_util.constant_value(t)
     except Exception:
         return None
+
+
+class FastLayout:
+    """How TFE_Py_FastPathExecute lays out an op's arguments (from its OpDef)."""
+
+    __slots__ = ("op", "inputs", "n_in", "defaults", "kinds", "single_output", "inferred",
+                 "simple_attr")
+
+
+def _attr_default(av):
+    which = av.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "list":
+        lv = av.list
+        for f in ("s", "i", "f", "b", "type"):
+            vals = list(getattr(lv, f))
+            if vals:
+                return vals
+        return []
+    if which == "shape":
+        return None
+    return getattr(av, which)
+
+
+def fast_layout(op_name):
+    od = op_def(op_name)
+    if od is None:
+        return None
+    L = FastLayout()
+    L.op = op_name
+    # (type_attr, fixed_enum, number_attr, type_list_attr) per input arg
+    L.inputs = [(a.type_attr or None, a.type or None, a.number_attr or None,
+                 a.type_list_attr or None) for a in od.input_arg]
+    L.n_in = len(L.inputs)
+    L.kinds = {a.name: a.type for a in od.attr}
+    L.defaults = {a.name: _attr_default(a.default_value) for a in od.attr
+                  if a.HasField("default_value")}
+    L.inferred = {x for a in od.input_arg for x in (a.type_attr, a.number_attr, a.type_list_attr) if x}
+    outs = od.output_arg
+    L.single_output = len(outs) == 1 and not outs[0].number_attr and not outs[0].type_list_attr
+    return L
+
+
+_tape_set_is_empty = None
+_record_gradient = None
+
+
+def fast_context_ok(ctx):
+    """True when an op may run directly: no op callbacks and a CPU (or no) device scope."""
+    tld = ctx._thread_local_data
+    if tld.op_callbacks:
+        return False
+    dn = tld.device_name
+    return not dn or dn.endswith("CPU:0")
+
+
+def tape_active():
+    global _tape_set_is_empty
+    if _tape_set_is_empty is None:
+        from tensorflow.python import pywrap_tfe
+        _tape_set_is_empty = pywrap_tfe.TFE_Py_TapeSetIsEmpty
+    return not _tape_set_is_empty()
+
+
+def record_gradient(op_name, inputs, flat_attrs, outputs):
+    """Record an op run outside TensorFlow's executor on the active tapes/accumulators."""
+    global _record_gradient
+    if _record_gradient is None:
+        from tensorflow.python.eager import execute
+        _record_gradient = execute.record_gradient
+    _record_gradient(op_name, inputs, flat_attrs, outputs)
+
+
+def eager_tensor_type():
+    from tensorflow.python.framework import ops
+    return ops.EagerTensor

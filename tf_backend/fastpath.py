@@ -1,0 +1,162 @@
+"""Direct execution of owned ops from the fast-path hook (no trip through TF's Python fallback).
+
+Handles the common call: EagerTensor (or Python scalar/list) inputs, no op callbacks, CPU scope.
+Anything unusual returns BOUNCE, and TensorFlow's generated fallback brings the op back to
+dispatch.on_slow with normalised inputs and attrs. Gradients are recorded here when a tape or
+forward accumulator is active.
+"""
+import numpy as np
+
+from . import dispatch, tf_adapter as tfa
+
+BOUNCE = tfa.BOUNCE
+_layouts = {}
+_ET = None
+_SCALARS = (int, float, bool)
+
+
+def _layout(op):
+    L = _layouts.get(op)
+    if L is None:
+        L = _layouts[op] = tfa.fast_layout(op)
+        # simple_attr: every input is a plain tensor typed by the same single attr, no other attrs
+        tas = {ta for ta, fixed, na, tla in L.inputs}
+        plain = all(not fixed and not na and not tla for ta, fixed, na, tla in L.inputs)
+        L.simple_attr = (next(iter(tas)) if plain and len(tas) == 1 and None not in tas
+                         and set(L.kinds) == tas else None)
+    return L
+
+
+def on_fast(ctx, op, name, args):
+    global _ET
+    if _ET is None:
+        _ET = tfa.eager_tensor_type()
+    if not tfa.fast_context_ok(ctx):
+        return BOUNCE
+    L = _layouts.get(op) or _layout(op)
+    n_in = L.n_in
+    nargs = len(args)
+    if nargs < n_in:
+        return BOUNCE
+    ET = _ET
+    if L.simple_attr and nargs == n_in and all(type(t) is ET for t in args):
+        # Common case: tensors only, one shared type attr, no explicit attrs.
+        e = args[0]._datatype_enum()
+        for t in args:
+            if t._datatype_enum() != e:
+                return BOUNCE
+        flat = (L.simple_attr, e)
+        tensors = args
+    else:
+        r = _general(L, args, n_in, nargs, ET)
+        if r is BOUNCE:
+            return BOUNCE
+        flat, tensors = r
+    info = dispatch.info_for(op)
+    try:
+        attrs, kdef, reason = dispatch._resolve(info, flat)
+        key = flat
+    except TypeError:  # unhashable attr values (lists): resolve without the caches
+        attrs, bad = dispatch._decode_attrs(info, flat)
+        kdef, reason = (None, bad) if bad else dispatch.kernels.lookup(op, "cpu", attrs)
+        key = None
+    if kdef is None:
+        return BOUNCE  # the slow path records the fallback reason once
+    to_numpy = tfa.to_numpy
+    arrays = [t if type(t) is np.ndarray else to_numpy(t) for t in tensors]
+    outs = dispatch.run(info, kdef, arrays, attrs, key)
+    if outs is None:
+        return BOUNCE
+    if tfa.tape_active():
+        inputs = [t if type(t) is ET else tfa.make_tensor(t) for t in tensors]
+        tfa.record_gradient(op, inputs, flat, outs)
+    return outs[0] if L.single_output else outs
+
+
+def _general(L, args, n_in, nargs, ET):
+    """(flat attrs tuple, tensors) for any fast-path call we can take, else BOUNCE."""
+    flat = []           # attrs as TF's slow path would see them (also for record_gradient)
+    types = {}          # type attr -> enum
+    kinds = L.kinds
+    for i in range(n_in, nargs - 1, 2):
+        k, v = args[i], args[i + 1]
+        kind = kinds.get(k)
+        if v is None:
+            v = L.defaults.get(k)
+        elif kind == "type" and type(v) is not int:
+            v = getattr(v, "as_datatype_enum", None)
+            if v is None:
+                return BOUNCE
+        if kind == "type":
+            types[k] = v
+        elif type(v) is list:
+            v = tuple(v)
+        flat.append(k)
+        flat.append(v)
+    tensors = []
+    pending = None
+    for j, (type_attr, fixed, number_attr, type_list_attr) in enumerate(L.inputs):
+        v = args[j]
+        if number_attr or type_list_attr:
+            if type(v) not in (list, tuple) or not all(type(t) is ET for t in v):
+                return BOUNCE
+            if number_attr:
+                flat.append(number_attr)
+                flat.append(len(v))
+                if type_attr:
+                    for t in v:
+                        e = t._datatype_enum()
+                        if types.setdefault(type_attr, e) != e:
+                            return BOUNCE
+            else:
+                flat.append(type_list_attr)
+                flat.append(tuple(t._datatype_enum() for t in v))
+            tensors.extend(v)
+        elif type(v) is ET:
+            if type_attr:
+                e = v._datatype_enum()
+                if types.setdefault(type_attr, e) != e:
+                    return BOUNCE
+            tensors.append(v)
+        elif type(v) in _SCALARS or type(v) is list:
+            if pending is None:
+                pending = []
+            pending.append((len(tensors), j, v))
+            tensors.append(None)
+        else:
+            return BOUNCE
+    if pending is not None:
+        for pos, j, v in pending:
+            type_attr, fixed = L.inputs[j][0], L.inputs[j][1]
+            enum = fixed or types.get(type_attr) or L.defaults.get(type_attr)
+            a = _convert(v, tfa.ENUM_TO_DTYPE.get(enum))
+            if a is None:
+                return BOUNCE
+            if type_attr:
+                types.setdefault(type_attr, enum)
+            tensors[pos] = a
+    for k in L.inferred:
+        if k in types:
+            flat.append(k)
+            flat.append(types[k])
+    return tuple(flat), tensors
+
+
+def _convert(v, dt):
+    """A Python scalar/list as a numpy array of the op's dtype, or None when TF would differ."""
+    if dt is None:
+        return None
+    try:
+        a = np.asarray(v)
+    except Exception:
+        return None
+    k = a.dtype.kind
+    if k == "b" and dt.kind != "b" or k == "f" and dt.kind != "f" or k not in "bif":
+        return None
+    if k in "iu" and dt.kind in "iu":
+        info = np.iinfo(dt)
+        if a.size and (a.min() < info.min or a.max() > info.max):
+            return None
+    if k in "iu" and dt.kind == "b":
+        return None
+    return a.astype(dt)
