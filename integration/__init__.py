@@ -1,0 +1,1 @@
+"""Model zoo, suites and benchmarks (run from the repository root)."""
