@@ -1,0 +1,43 @@
+"""Repository invariants: the README's commands, .ci/run, TF-free packages."""
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _readme_commands():
+    text = open(os.path.join(ROOT, "README.md")).read()
+    return re.findall(r"```bash\n(python3 -m venv[^\n]*)\n```", text)
+
+
+def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
+    cmds = _readme_commands()
+    assert len(cmds) == 2, cmds
+    ci = open(os.path.join(ROOT, ".ci", "run")).read()
+    assert cmds[1] in ci.splitlines(), ".ci/run must run the README's test command"
+    assert "demo.py" in cmds[0] or "tfb ab" in cmds[0]
+
+
+def test_kernels_and_shape_fns_import_without_tensorflow():
+    code = ("import sys; sys.modules['tensorflow'] = None\n"
+            "import kernels, shape_fns\n"
+            "kernels.load('cpu'); shape_fns.load_all()\n"
+            "assert 'tensorflow' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
+            "print(len(kernels.KERNELS), len(shape_fns.SHAPE_FNS))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_tf_private_apis_only_in_adapter():
+    """`tensorflow.python` (private API) is imported only by tf_backend/tf_adapter.py."""
+    offenders = []
+    for d in ("tf_backend", "kernels", "shape_fns"):
+        for dirpath, _, files in os.walk(os.path.join(ROOT, d)):
+            for f in files:
+                if f.endswith(".py") and f != "tf_adapter.py":
+                    src = open(os.path.join(dirpath, f)).read()
+                    if "tensorflow.python" in src:
+                        offenders.append(os.path.join(dirpath, f))
+    assert not offenders, offenders
