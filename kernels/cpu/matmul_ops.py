@@ -1,1 +1,83 @@
-"""CPU kernels: matmul ops."""
+"""CPU kernels: matmul ops (MatMul, BatchMatMul, BatchMatMulV2, BatchMatMulV3).
+
+Floats go to BLAS through np.matmul(out=) (transposes are views: BLAS takes them as flags).
+numpy has no BLAS for integers and its generic loop is ~20x slower than TensorFlow's, so integer
+products use a numba loop; integer overflow wraps as in TensorFlow.
+"""
+import numpy as np
+from numba import njit, prange
+
+from kernels import kernel
+
+NUM = ("float32", "float64", "int32", "int64")
+PARALLEL_MIN = 1 << 21    # multiply-adds; below this one thread is faster
+
+
+@njit(cache=True, nogil=True)
+def _imatmul(a, b, out):
+    # a (B, m, k), b (B, k, n), out (B, m, n), all C-contiguous; i-p-j order vectorises over j.
+    for t in range(out.shape[0]):
+        for i in range(out.shape[1]):
+            row = out[t, i]
+            row[:] = 0
+            for p in range(a.shape[2]):
+                s = a[t, i, p]
+                for j in range(row.shape[0]):
+                    row[j] += s * b[t, p, j]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _imatmul_par(a, b, out):
+    m = out.shape[1]
+    for r in prange(out.shape[0] * m):
+        t, i = r // m, r % m
+        row = out[t, i]
+        row[:] = 0
+        for p in range(a.shape[2]):
+            s = a[t, i, p]
+            for j in range(row.shape[0]):
+                row[j] += s * b[t, p, j]
+
+
+def _int_matmul(x, y, out):
+    """out = x @ y for integer x (..., m, k), y (..., k, n) that may be transposed views."""
+    batch = out.shape[:-2]
+    m, n, k = out.shape[-2], out.shape[-1], x.shape[-1]
+    if out.size == 0:
+        return
+    if k == 0:
+        out.fill(0)
+        return
+    nb = 1
+    for s in batch:
+        nb *= s
+    x3 = np.ascontiguousarray(np.broadcast_to(x, batch + (m, k))).reshape(nb, m, k)
+    y3 = np.ascontiguousarray(np.broadcast_to(y, batch + (k, n))).reshape(nb, k, n)
+    f = _imatmul_par if nb * m * n * k >= PARALLEL_MIN else _imatmul
+    f(x3, y3, out.reshape(nb, m, n))
+
+
+def _product(x, y, out):
+    if out.dtype.kind == "f":
+        with np.errstate(all="ignore"):  # 0 * inf = NaN is TensorFlow's answer too
+            np.matmul(x, y, out=out)
+    else:
+        _int_matmul(x, y, out)
+
+
+@kernel("MatMul", dtypes=NUM)
+def matmul(inputs, outputs, attrs):
+    a, b = inputs
+    _product(a.T if attrs["transpose_a"] else a, b.T if attrs["transpose_b"] else b, outputs[0])
+
+
+@kernel("BatchMatMul", "BatchMatMulV2", dtypes=NUM)
+@kernel("BatchMatMulV3", dtypes=NUM, type_attr=("Ta", "Tb", "Tout"))
+def batch_matmul(inputs, outputs, attrs):
+    x, y = inputs
+    # Real dtypes only, so the adjoint is the transpose.
+    if attrs["adj_x"]:
+        x = np.swapaxes(x, -1, -2)
+    if attrs["adj_y"]:
+        y = np.swapaxes(y, -1, -2)
+    _product(x, y, outputs[0])
