@@ -1,4 +1,6 @@
 """Shape functions: reduction ops (Sum, Mean, Max, Min, Prod, All, Any, ArgMax, ArgMin)."""
+import numpy as np
+
 from .common import int_list
 from .errors import InvalidArgumentError
 from .registry import shape_fn
@@ -21,15 +23,25 @@ def reduction_axes(rank, axes):
     return red
 
 
+_shapes = {}   # (input shape, axes, keep_dims) -> output shape; eager calls repeat a lot
+
+
 @shape_fn(*REDUCE)
 def reduce(inputs, attrs):
     x, axis = inputs
     keep = bool(attrs.get("keep_dims", False))
-    axes = int_list(axis)
-    if axes is None or x.shape is None:
+    v = axis.value
+    if v is None or x.shape is None:
         return [Spec(None if (x.shape is None or not keep) else (None,) * len(x.shape), x.dtype)]
-    red = reduction_axes(len(x.shape), axes)
-    shape = tuple(1 if i in red else d for i, d in enumerate(x.shape) if keep or i not in red)
+    v = np.asarray(v)
+    key = (x.shape, v.item() if v.ndim == 0 else tuple(v.reshape(-1).tolist()), keep)
+    shape = _shapes.get(key)
+    if shape is None:
+        red = reduction_axes(len(x.shape), key[1] if v.ndim else (key[1],))
+        shape = tuple(1 if i in red else d for i, d in enumerate(x.shape) if keep or i not in red)
+        if len(_shapes) > 4096:
+            _shapes.clear()
+        _shapes[key] = shape
     return [Spec(shape, x.dtype)]
 
 
