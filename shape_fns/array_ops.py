@@ -1,1 +1,450 @@
-"""Shape functions: array ops."""
+"""Shape functions: array ops (reshape, transpose, concat/split, stack, fill, shape queries).
+
+Slicing, padding, tiling and gathering live in `array_index_ops.py`, StridedSlice in
+`strided_slice.py`; both are imported here so that loading this module registers them all.
+"""
+import numpy as np
+
+from .errors import InvalidArgumentError
+from .registry import shape_fn
+from .spec import Spec, fmt_shape
+
+I32 = np.dtype(np.int32)
+
+
+def _vec(spec, what, op):
+    """Host value of a shape-like input as a list of ints (None when unknown); must be 1-D."""
+    sh = spec.shape
+    if sh is not None and len(sh) != 1:
+        raise InvalidArgumentError(f"{op}: {what} must be 1-D, got shape {fmt_shape(sh)}")
+    v = spec.value
+    return None if v is None else v.tolist()
+
+
+def _scalar(spec, what, op, allow_one=False):
+    """Host value of a scalar int input (None when unknown); `allow_one` also takes shape [1]."""
+    sh = spec.shape
+    if sh is not None and sh != () and not (allow_one and sh in ((1,), (None,))):
+        raise InvalidArgumentError(f"{op}: {what} must be a scalar, got shape {fmt_shape(sh)}")
+    v = spec.value
+    if v is None:
+        return None
+    if v.size != 1:
+        raise InvalidArgumentError(f"{op}: {what} must be a scalar, got shape {fmt_shape(v.shape)}")
+    return int(v.reshape(-1)[0])
+
+
+def _merge(a, b):
+    return b if a is None else a
+
+
+def _axis(axis, rank, op, what="axis"):
+    if not -rank <= axis < rank:
+        raise InvalidArgumentError(f"{op}: {what} = {axis} not in [{-rank}, {rank})")
+    return axis + rank if axis < 0 else axis
+
+
+# --- reshape family ------------------------------------------------------------------------
+
+@shape_fn("Reshape")
+def reshape(inputs, attrs):
+    x, s = inputs
+    dims = _vec(s, "shape", "Reshape")
+    if dims is None:
+        return [Spec(None if s.shape is None else (None,) * s.shape[0], x.dtype)]
+    unknown = -1
+    product, has_zero = 1, False
+    for i, d in enumerate(dims):
+        if d == -1:
+            if unknown != -1:
+                raise InvalidArgumentError(
+                    f"Reshape: only one input size may be -1, not both {unknown} and {i}")
+            unknown = i
+        elif d < 0:
+            raise InvalidArgumentError(f"Reshape: size {i} must be non-negative, not {d}")
+        elif d == 0:
+            has_zero = True
+        else:
+            product *= d
+    xs = x.shape
+    if xs is None or None in xs:
+        if unknown != -1:
+            dims[unknown] = None
+        return [Spec(dims, x.dtype)]
+    # TensorFlow's rule: zero dims of the input are left out of the count when the requested
+    # shape has a zero too, so that [-1, 0] and [0, -1] still infer the other dim.
+    n = 1
+    for d in xs:
+        if d > 0 or not has_zero:
+            n *= d
+    if unknown != -1:
+        missing = n // product
+        if missing * product != n:
+            raise InvalidArgumentError(
+                f"Reshape: input {fmt_shape(xs)} has {n} values, but the requested shape "
+                f"{fmt_shape(dims)} requires a multiple of {product}")
+        dims[unknown] = missing
+    total = 1
+    for d in dims:
+        total *= d
+    n = 1
+    for d in xs:
+        n *= d
+    if total != n:
+        raise InvalidArgumentError(
+            f"Reshape: input {fmt_shape(xs)} has {n} values, but the requested shape "
+            f"{fmt_shape(dims)} has {total}")
+    return [Spec(dims, x.dtype)]
+
+
+@shape_fn("Identity", "ZerosLike", "OnesLike", "StopGradient", value_free=True)
+def same(inputs, attrs):
+    x = inputs[0]
+    return [Spec(x.shape, x.dtype)]
+
+
+@shape_fn("ExpandDims")
+def expand_dims(inputs, attrs):
+    x, a = inputs
+    v = a.value
+    if a.shape is not None and None not in a.shape and int(np.prod(a.shape)) != 1:
+        raise InvalidArgumentError(
+            f"ExpandDims: 'dim' must be a tensor with a single value, got shape {fmt_shape(a.shape)}")
+    xs = x.shape
+    if xs is None:
+        return [Spec(None, x.dtype)]
+    r = len(xs)
+    if v is None:
+        return [Spec((None,) * (r + 1), x.dtype)]
+    axis = int(v.reshape(-1)[0])
+    if not -r - 1 <= axis <= r:
+        raise InvalidArgumentError(
+            f"ExpandDims: tried to expand dim index {axis} for tensor {fmt_shape(xs)}")
+    if axis < 0:
+        axis += r + 1
+    return [Spec(xs[:axis] + (1,) + xs[axis:], x.dtype)]
+
+
+@shape_fn("Squeeze", value_free=True)
+def squeeze(inputs, attrs):
+    x = inputs[0]
+    xs = x.shape
+    axes = attrs.get("squeeze_dims") or ()
+    if xs is None:
+        return [Spec(None, x.dtype)]
+    r = len(xs)
+    if not axes:
+        if None in xs:
+            return [Spec(None, x.dtype)]
+        return [Spec(tuple(d for d in xs if d != 1), x.dtype)]
+    drop = set()
+    for a in axes:
+        if not -r <= a < r:
+            raise InvalidArgumentError(
+                f"Squeeze: tried to squeeze dim index {a} for tensor {fmt_shape(xs)}")
+        if a < 0:
+            a += r
+        if xs[a] is not None and xs[a] != 1:
+            raise InvalidArgumentError(
+                f"Squeeze: can not squeeze dim[{a}], expected a dimension of 1, got {xs[a]} "
+                f"(input {fmt_shape(xs)})")
+        drop.add(a)
+    return [Spec(tuple(d for i, d in enumerate(xs) if i not in drop), x.dtype)]
+
+
+@shape_fn("Transpose")
+def transpose(inputs, attrs):
+    x, p = inputs
+    perm = _vec(p, "perm", "Transpose")
+    xs = x.shape
+    if perm is None:
+        n = len(xs) if xs is not None else (p.shape[0] if p.shape else None)
+        return [Spec(None if n is None else (None,) * n, x.dtype)]
+    if xs is None:
+        return [Spec((None,) * len(perm), x.dtype)]
+    return [Spec(tuple(xs[i] for i in check_perm(perm, len(xs), "Transpose")), x.dtype)]
+
+
+def check_perm(perm, r, op):
+    """Normalised permutation (negative entries count from the end, as TensorFlow allows)."""
+    if len(perm) != r:
+        raise InvalidArgumentError(
+            f"{op}: expects a permutation of size {r}, got {len(perm)} entries {perm}")
+    out = [p + r if p < 0 else p for p in perm]
+    seen = [False] * r
+    for p in out:
+        if not 0 <= p < r:
+            raise InvalidArgumentError(f"{op}: {p} is out of range [0 .. {r}) in perm {perm}")
+        seen[p] = True
+    if not all(seen):
+        raise InvalidArgumentError(f"{op}: {perm} is not a permutation")
+    return out
+
+
+@shape_fn("InvertPermutation", value_free=True)
+def invert_permutation(inputs, attrs):
+    x = inputs[0]
+    if x.shape is not None and len(x.shape) != 1:
+        raise InvalidArgumentError(
+            f"InvertPermutation: expects a 1-D vector, got shape {fmt_shape(x.shape)}")
+    return [Spec(x.shape or (None,), x.dtype)]
+
+
+# --- concat / split / stack ----------------------------------------------------------------
+
+def _concat_shape(shapes, axis, op):
+    """Output shape of concatenating `shapes` (all known rank) along a normalised axis."""
+    out = list(shapes[0])
+    for s in shapes[1:]:
+        for i, d in enumerate(s):
+            if i == axis:
+                out[i] = None if out[i] is None or d is None else out[i] + d
+            elif out[i] is None:
+                out[i] = d
+            elif d is not None and d != out[i]:
+                raise InvalidArgumentError(
+                    f"{op}: dimension {i} in both shapes must be equal: "
+                    f"{fmt_shape(shapes[0])} vs {fmt_shape(s)}")
+    return tuple(out)
+
+
+@shape_fn("ConcatV2")
+def concat_v2(inputs, attrs):
+    values, a = inputs[:-1], inputs[-1]
+    if len(values) < 2:  # the OpDef minimum, which TensorFlow checks before the kernel
+        raise InvalidArgumentError(f"ConcatV2: value for attr 'N' of {len(values)} must be at least 2")
+    dt = values[0].dtype
+    shapes = [v.shape for v in values if v.shape is not None]
+    if not shapes:
+        return [Spec(None, dt)]
+    r = len(shapes[0])
+    for s in shapes:
+        if len(s) != r:
+            raise InvalidArgumentError(
+                f"ConcatV2: ranks of all input tensors should match: {fmt_shape(shapes[0])} "
+                f"vs {fmt_shape(s)}")
+    if r == 0:
+        raise InvalidArgumentError("ConcatV2: can't concatenate scalars (use tf.stack instead)")
+    axis = _scalar(a, "axis", "ConcatV2", allow_one=True)
+    if axis is None:
+        return [Spec((None,) * r, dt)]
+    if not -r <= axis < r:
+        raise InvalidArgumentError(
+            f"ConcatV2: expected concatenating dimensions in the range [{-r}, {r}), got {axis}")
+    if axis < 0:
+        axis += r
+    if len(shapes) < len(values):  # some inputs of unknown rank: the concat dim is unknown
+        out = list(_concat_shape(shapes, axis, "ConcatV2"))
+        out[axis] = None
+        return [Spec(out, dt)]
+    return [Spec(_concat_shape(shapes, axis, "ConcatV2"), dt)]
+
+
+@shape_fn("ConcatOffset", value_free=True)
+def concat_offset(inputs, attrs):
+    d = inputs[0]
+    if d.shape is not None and d.shape != ():
+        raise InvalidArgumentError(
+            f"ConcatOffset: concat dim must be a scalar, got shape {fmt_shape(d.shape)}")
+    out = []
+    for s in inputs[1:]:
+        if s.shape is not None and len(s.shape) != 1:
+            raise InvalidArgumentError(
+                f"ConcatOffset: shapes must be vectors, got shape {fmt_shape(s.shape)}")
+        out.append(Spec(s.shape or (None,), s.dtype))
+    return out
+
+
+@shape_fn("Pack", value_free=True)
+def pack(inputs, attrs):
+    dt = inputs[0].dtype
+    shape = None
+    for v in inputs:
+        s = v.shape
+        if s is None:
+            continue
+        if shape is None:
+            shape = list(s)
+            continue
+        if len(s) != len(shape) or any(
+                a is not None and b is not None and a != b for a, b in zip(shape, s)):
+            raise InvalidArgumentError(
+                f"Pack: shapes of all inputs must match: {fmt_shape(shape)} != {fmt_shape(s)}")
+        shape = [_merge(a, b) for a, b in zip(shape, s)]
+    if shape is None:
+        return [Spec(None, dt)]
+    r = len(shape) + 1
+    axis = _axis(attrs.get("axis", 0), r, "Pack")
+    shape.insert(axis, len(inputs))
+    return [Spec(shape, dt)]
+
+
+@shape_fn("Unpack", value_free=True)
+def unpack(inputs, attrs):
+    x = inputs[0]
+    num = attrs["num"]
+    xs = x.shape
+    if xs is None:
+        return [Spec(None, x.dtype)] * num
+    axis = _axis(attrs.get("axis", 0), len(xs), "Unpack")
+    if xs[axis] is not None and xs[axis] != num:
+        raise InvalidArgumentError(
+            f"Unpack: input shape axis {axis} must equal {num}, got shape {fmt_shape(xs)}")
+    return [Spec(xs[:axis] + xs[axis + 1:], x.dtype) for _ in range(num)]
+
+
+@shape_fn("Split")
+def split(inputs, attrs):
+    a, x = inputs
+    n = attrs["num_split"]
+    axis = _scalar(a, "split_dim", "Split")
+    xs = x.shape
+    if xs is None or axis is None:
+        return [Spec(None if xs is None else (None,) * len(xs), x.dtype)] * n
+    axis = _axis(axis, len(xs), "Split", "split_dim")
+    d = xs[axis]
+    if d is not None and d % n:
+        raise InvalidArgumentError(
+            f"Split: number of ways to split ({n}) should evenly divide the split dimension "
+            f"of {fmt_shape(xs)} along {axis}")
+    part = xs[:axis] + (None if d is None else d // n,) + xs[axis + 1:]
+    return [Spec(part, x.dtype)] * n
+
+
+@shape_fn("SplitV")
+def split_v(inputs, attrs):
+    x, sz, a = inputs
+    n = attrs["num_split"]
+    xs = x.shape
+    if sz.shape is not None and (len(sz.shape) != 1 or sz.shape[0] not in (n, None)):
+        raise InvalidArgumentError(
+            f"SplitV: size_splits must be 1-D with {n} elements, got shape {fmt_shape(sz.shape)}")
+    axis = _scalar(a, "split_dim", "SplitV", allow_one=True)
+    sizes = None if sz.value is None else sz.value.tolist()
+    if xs is None or axis is None:
+        return [Spec(None if xs is None else (None,) * len(xs), x.dtype)] * n
+    axis = _axis(axis, len(xs), "SplitV", "split_dim")
+    d = xs[axis]
+    if sizes is None:
+        return [Spec(xs[:axis] + (None,) + xs[axis + 1:], x.dtype)] * n
+    if n == 1:
+        if d is not None and sizes[0] != d:
+            raise InvalidArgumentError(
+                f"SplitV: with one output its size must equal the input's: {d} vs {sizes[0]}")
+        sizes = [d]
+    else:
+        neg = [i for i, s in enumerate(sizes) if s == -1]
+        if len(neg) > 1:
+            raise InvalidArgumentError(f"SplitV: there can only be one -1 in {sizes}")
+        for i, s in enumerate(sizes):
+            if s < -1 or (s == -1 and i not in neg):
+                raise InvalidArgumentError(f"SplitV: split size at index {i} must be >= 0: {sizes}")
+        total = sum(s for s in sizes if s != -1)
+        if d is not None:
+            if (not neg and total != d) or (neg and total > d):
+                raise InvalidArgumentError(
+                    f"SplitV: split sizes {sizes} do not match dimension {axis} of {fmt_shape(xs)}")
+            if neg:
+                sizes[neg[0]] = d - total
+        elif neg:
+            sizes[neg[0]] = None
+    return [Spec(xs[:axis] + (s,) + xs[axis + 1:], x.dtype) for s in sizes]
+
+
+# --- creation and shape queries --------------------------------------------------------------
+
+@shape_fn("Fill")
+def fill(inputs, attrs):
+    d, v = inputs
+    if d.shape is not None and len(d.shape) > 1:
+        raise InvalidArgumentError(f"Fill: dims must be a vector, got shape {fmt_shape(d.shape)}")
+    if v.shape not in ((), (1,), (None,), None):  # TensorFlow also takes a 1-element vector
+        raise InvalidArgumentError(f"Fill: value must be a scalar, got shape {fmt_shape(v.shape)}")
+    dims = d.value
+    if dims is None:
+        n = d.shape[0] if d.shape and len(d.shape) == 1 else None
+        return [Spec(None if n is None else (None,) * n, v.dtype)]
+    dims = dims.reshape(-1).tolist()
+    for x in dims:
+        if x < 0:
+            raise InvalidArgumentError(f"Fill: dimension {x} must be >= 0 in dims {dims}")
+    return [Spec(dims, v.dtype)]
+
+
+@shape_fn("Shape", value_free=True)
+def shape(inputs, attrs):
+    s = inputs[0].shape
+    return [Spec((None if s is None else len(s),), attrs.get("out_type") or I32)]
+
+
+@shape_fn("ShapeN", value_free=True)
+def shape_n(inputs, attrs):
+    dt = attrs.get("out_type") or I32
+    return [Spec((None if x.shape is None else len(x.shape),), dt) for x in inputs]
+
+
+@shape_fn("Size", value_free=True)
+def size(inputs, attrs):
+    return [Spec((), attrs.get("out_type") or I32)]
+
+
+@shape_fn("Rank", value_free=True)
+def rank(inputs, attrs):
+    return [Spec((), I32)]
+
+
+@shape_fn("BroadcastTo")
+def broadcast_to(inputs, attrs):
+    x, s = inputs
+    dims = _vec(s, "shape", "BroadcastTo")
+    xs = x.shape
+    if dims is None:
+        return [Spec(None if s.shape is None else (None,) * s.shape[0], x.dtype)]
+    for d in dims:
+        if d < 0:
+            raise InvalidArgumentError(f"BroadcastTo: dimension {d} must be >= 0 in {dims}")
+    if xs is not None:
+        if len(xs) > len(dims):
+            raise InvalidArgumentError(
+                f"BroadcastTo: rank of input {fmt_shape(xs)} must be no greater than rank of "
+                f"output {fmt_shape(dims)}")
+        for a, b in zip(xs[::-1], dims[::-1]):
+            if a is not None and a != b and a != 1:
+                raise InvalidArgumentError(
+                    f"BroadcastTo: unable to broadcast tensor of shape {fmt_shape(xs)} to "
+                    f"tensor of shape {fmt_shape(dims)}")
+    return [Spec(dims, x.dtype)]
+
+
+def broadcast_reduce_axes(s0, s1):
+    """TensorFlow's BroadcastGradientArgs: the axes each input's gradient sums over."""
+    n = max(len(s0), len(s1))
+    a = [1] * (n - len(s0)) + list(s0)
+    b = [1] * (n - len(s1)) + list(s1)
+    r0, r1 = [], []
+    for i in range(n):
+        x, y = a[i], b[i]
+        if x != y and x != 1 and y != 1:
+            raise InvalidArgumentError(f"Incompatible shapes: {fmt_shape(s0)} vs. {fmt_shape(s1)}")
+        if x == 1:
+            r0.append(i)
+        if y == 1:
+            r1.append(i)
+    return r0, r1
+
+
+@shape_fn("BroadcastGradientArgs")
+def broadcast_gradient_args(inputs, attrs):
+    s0, s1 = inputs
+    for i, s in enumerate(inputs):
+        if s.shape is not None and len(s.shape) != 1:
+            raise InvalidArgumentError(
+                f"BroadcastGradientArgs: In[{i}] must be a vector, got {fmt_shape(s.shape)}")
+    dt = s0.dtype
+    if s0.value is None or s1.value is None:
+        return [Spec((None,), dt), Spec((None,), dt)]
+    r0, r1 = broadcast_reduce_axes(s0.value.tolist(), s1.value.tolist())
+    return [Spec((len(r0),), dt), Spec((len(r1),), dt)]
+
+
+from . import array_index_ops, strided_slice  # noqa: E402,F401  (registration on import)

@@ -1,2 +1,217 @@
-"""Op table: array ops (data movement; exact comparison)."""
-CASES = []
+"""Op table: array ops (data movement and shape queries; exact comparison).
+
+Index-driven ops (slicing, padding, tiling, gathering) are in `array_index_ops.py`, whose
+cases are appended here.
+"""
+import numpy as np
+import tensorflow as tf
+
+from . import OpCase, arr, int_edges, special_floats
+
+R = tf.raw_ops
+ALL = ("float32", "float64", "int32", "int64", "bool")
+INDEX = ("int32", "int64")
+
+
+def data(rng, shape, dt):
+    """Random values with the dtype's special values (NaN/Inf/edges) mixed in."""
+    dt = np.dtype(dt)
+    a = np.array(arr(rng, shape, dt))  # 0-d as an array (a tensor), not a numpy scalar
+    if a.size and dt.kind in "fi":
+        sp = special_floats(dt) if dt.kind == "f" else int_edges(dt)
+        flat = a.reshape(-1)
+        k = min(flat.size, sp.size)
+        flat[rng.choice(flat.size, k, replace=False)] = sp[:k]
+    return a
+
+
+def _shaped(make):
+    """samples(dt, rng) from [(shape, *rest)]: the shape becomes data of dtype dt."""
+    def samples(dt, rng):
+        return [(data(rng, s, dt),) + tuple(rest) for s, *rest in make()]
+    return samples
+
+
+def _errs(make):
+    def errors(dt):
+        rng = np.random.default_rng(0)
+        return [(data(rng, s, dt),) + tuple(rest) for s, *rest in make()]
+    return errors
+
+
+SHAPES = [(), (0,), (7,), (3, 5), (2, 3, 4, 5), (1, 1, 3), (300, 400)]
+
+
+def _concat(*a):
+    return R.ConcatV2(values=list(a[:-1]), axis=a[-1])
+
+
+def _concat_samples(dt, rng):
+    d = lambda *s: data(rng, s, dt)  # noqa: E731
+    return [(d(2, 3), d(2, 5), 1), (d(2, 3), d(4, 3), d(1, 3), 0), (d(2, 3), d(2, 2), -1),
+            (d(0, 3), d(2, 3), 0), (d(2, 0), d(2, 3), d(2, 0), 1), (d(5,), d(0,), d(2,), 0),
+            (d(2, 3, 4), d(2, 1, 4), np.array(1, np.int64)),
+            (d(300, 200), d(300, 300), 1)]
+
+
+def _pack(*a):
+    return R.Pack(values=list(a[:-1]), axis=a[-1])
+
+
+def _pack_samples(dt, rng):
+    d = lambda *s: data(rng, s, dt)  # noqa: E731
+    return [(d(2, 3), d(2, 3), d(2, 3), 0), (d(2, 3), d(2, 3), 1), (d(2, 3), d(2, 3), 2),
+            (d(2, 3), d(2, 3), -1), (d(), d(), 0), (d(0, 3), d(0, 3), 1), (d(4,), 0),
+            (d(200, 300), d(200, 300), 1)]
+
+
+def _split_samples(dt, rng):
+    return [(data(rng, (6, 4), dt), 3, 0), (data(rng, (6, 4), dt), 2, -1),
+            (data(rng, (2, 0, 6), dt), 3, 2),
+            (data(rng, (300, 400), dt), 4, 1)]
+
+
+def _split_v_samples(dt, rng):
+    return [(data(rng, (6, 4), dt), [1, 2, 3], 0), (data(rng, (6, 4), dt), [1, -1], -1),
+            (data(rng, (6, 4), dt), [0, 4, 0], 1),
+            (data(rng, (3, 6), dt), np.array([2, -1, 1], np.int64), 1),
+            (data(rng, (300, 400), dt), [100, 250, -1], 1)]
+
+
+def _fill_samples(dt, rng):
+    v = [np.array(e) for e in data(rng, (11,), dt)]  # 0-d arrays: tensors, not Python scalars
+    return [([2, 3], v[0]), ([], v[1]), ([0, 3], v[2]), (np.array([2, 1, 3], np.int64), v[3]),
+            ([300, 400], v[6]), ([3], v[7])]
+
+
+def _bcast_samples(dt, rng):
+    return [(data(rng, (3,), dt), [2, 3]), (data(rng, (), dt), [2, 2]),
+            (data(rng, (1, 3), dt), [4, 3]), (data(rng, (2, 1), dt), [2, 0]),
+            (data(rng, (3, 1, 1), dt), [2, 3, 4, 5]), (data(rng, (2, 3), dt), [2, 3]),
+            (data(rng, (1,), dt), np.array([0], np.int64)), (data(rng, (1, 400), dt), [300, 400])]
+
+
+CASES = [
+    OpCase("Reshape", "Reshape", lambda x, s: tf.reshape(x, s),
+           _shaped(lambda: [((2, 3, 4), [6, 4]), ((2, 3, 4), [-1]), ((), []), ((1,), []),
+                            ((), [1, 1]), ((0, 3), [0, -1]), ((0, 3), [-1, 3]), ((0, 3), [-1, 0]),
+                            ((12,), [3, -1, 2]), ((2, 3), np.array([3, 2], np.int64)),
+                            ((300, 400), [400, -1])]),
+           dtypes=ALL, kind="exact", grad=True, grad_ops=("Reshape", "Shape"),
+           errors=_errs(lambda: [((3, 4), [5, -1]), ((3, 4), [-1, -1]), ((3, 4), [-2, -6]),
+                                 ((12,), [0, -1]), ((3, 4), [[12]]), ((3, 4), [5, 2])])),
+    OpCase("Identity", "Identity", lambda x: R.Identity(input=x),
+           _shaped(lambda: [(s,) for s in SHAPES]), dtypes=ALL, kind="exact", grad=True),
+    OpCase("StopGradient", "StopGradient", lambda x: tf.stop_gradient(x),
+           _shaped(lambda: [(s,) for s in SHAPES]), dtypes=ALL, kind="exact", grad=True),
+    OpCase("ZerosLike", "ZerosLike", lambda x: R.ZerosLike(x=x),
+           _shaped(lambda: [(s,) for s in SHAPES]), dtypes=ALL, kind="exact"),
+    OpCase("OnesLike", "OnesLike", lambda x: R.OnesLike(x=x),
+           _shaped(lambda: [(s,) for s in SHAPES]), dtypes=ALL, kind="exact"),
+    OpCase("ExpandDims", "ExpandDims", lambda x, a: tf.expand_dims(x, a),
+           _shaped(lambda: [((3, 4), 0), ((3, 4), 1), ((3, 4), 2), ((3, 4), -1), ((3, 4), -3),
+                            ((), 0), ((), -1), ((0,), 1), ((3, 4), [1]),
+                            ((2, 3), np.array(1, np.int64))]),
+           dtypes=ALL, kind="exact", grad=True, grad_ops=("Reshape",),
+           errors=_errs(lambda: [((3, 4), 3), ((3, 4), -4), ((3, 4), [0, 1])])),
+    OpCase("Squeeze", "Squeeze", lambda x, a: R.Squeeze(input=x, axis=a),
+           _shaped(lambda: [((1, 3, 1), []), ((1, 3, 1), [0]), ((1, 3, 1), [-1]), ((1,), []),
+                            ((3,), []), ((1, 1), []), ((0, 1), [1]), ((1, 3, 1), [0, 0, 2]),
+                            ((300, 1, 400), [1])]),
+           dtypes=ALL, kind="exact", grad=True, grad_ops=("Reshape",),
+           errors=_errs(lambda: [((3, 4), [0]), ((1, 4), [2]), ((1, 4), [-3])])),
+    OpCase("Transpose", "Transpose", lambda x, p: tf.transpose(x, p),
+           _shaped(lambda: [((2, 3, 4), [2, 0, 1]), ((3, 5), [1, 0]), ((), []), ((0, 3), [1, 0]),
+                            ((2, 3, 4, 5), [0, 2, 3, 1]),
+                            ((2, 3, 4), np.array([1, 2, 0], np.int64)), ((300, 400), [1, 0])]),
+           dtypes=ALL, kind="exact", grad=True, grad_ops=("InvertPermutation", "Transpose"),
+           errors=_errs(lambda: [((3, 4), [0, 0]), ((3, 4), [0]), ((3, 4), [0, 2]),
+                                 ((3, 4), [-3, 0]), ((3, 4), [-1, 1])])),
+    # Negative perm entries and single-output splits: forward only (stock's own transpose
+    # gradient rejects a negative perm in InvertPermutation; a one-way split's gradient has no
+    # ConcatV2 to check).
+    OpCase("Transpose_negperm", "Transpose", lambda x, p: tf.transpose(x, p),
+           _shaped(lambda: [((3, 5), [-1, 0]), ((2, 3, 4), [-1, 0, -2])]),
+           dtypes=ALL, kind="exact"),
+    OpCase("Split_one", "Split", lambda x, n, a: tf.split(x, n, axis=a),
+           _shaped(lambda: [((5,), 1, 0), ((3, 4), 1, -1)]), dtypes=ALL, kind="exact"),
+    OpCase("SplitV_one", "SplitV",
+           lambda x, s, a: R.SplitV(value=x, size_splits=s, axis=a, num_split=len(s)),
+           _shaped(lambda: [((5,), [5], 0), ((3, 4), [4], -1)]), dtypes=ALL, kind="exact",
+           errors=_errs(lambda: [((3, 4), [-1], 1)])),
+    OpCase("Unpack_none", "Unpack", lambda x, n, a: R.Unpack(value=x, num=n, axis=a),
+           _shaped(lambda: [((0, 3), 0, 0), ((2, 0), 0, 1)]), dtypes=ALL, kind="exact"),
+    OpCase("InvertPermutation", "InvertPermutation", lambda x: R.InvertPermutation(x=x),
+           lambda dt, rng: [(np.array(p, dt),) for p in ([2, 0, 1], [], [0], list(rng.permutation(50)))],
+           dtypes=INDEX, kind="exact",
+           errors=lambda dt: [(np.array(p, dt),) for p in ([0, 0, 1], [0, 3], [-1, 0], [[0]])]),
+    OpCase("ConcatV2", "ConcatV2", _concat, _concat_samples, dtypes=ALL, kind="exact",
+           grad=True, grad_ops=("SplitV",),
+           errors=lambda dt: [(np.zeros((3, 4), dt), np.zeros((3, 5), dt), 0),
+                              (np.zeros((3, 4), dt), np.zeros((3,), dt), 0),
+                              (np.zeros((3, 4), dt), np.zeros((3, 4), dt), 2),
+                              (np.zeros((3, 4), dt), np.zeros((3, 4), dt), -3),
+                              (np.zeros((3, 4), dt), 0),  # N=1 is below the OpDef minimum
+                              (np.zeros((), dt), np.zeros((), dt), 0)]),
+    OpCase("ConcatOffset", "ConcatOffset",
+           lambda d, *s: R.ConcatOffset(concat_dim=d, shape=list(s)),
+           lambda dt, rng: [(1, np.array([2, 3], dt), np.array([2, 4], dt), np.array([2, 0], dt)),
+                            (0, np.array([5], dt), np.array([2], dt)),
+                            (-1, np.array([2, 3, 4], dt), np.array([2, 3, 1], dt))],
+           dtypes=INDEX, kind="exact",
+           errors=lambda dt: [(0, np.array([2, 3], dt), np.array([2, 4], dt)),
+                              (0, np.array([2, 3], dt), np.array([2, 3, 4], dt)),
+                              (5, np.array([2, 3], dt), np.array([2, 3], dt)),
+                              ([0], np.array([2, 3], dt), np.array([2, 3], dt))]),
+    OpCase("Pack", "Pack", _pack, _pack_samples, dtypes=ALL, kind="exact",
+           grad=True, grad_ops=("Unpack",),
+           errors=lambda dt: [(np.zeros((3, 4), dt), np.zeros((3, 5), dt), 0),
+                              (np.zeros((3, 4), dt), np.zeros((3, 4), dt), 3),
+                              (np.zeros((3, 4), dt), np.zeros((3, 4), dt), -4)]),
+    OpCase("Unpack", "Unpack", lambda x, n, a: R.Unpack(value=x, num=n, axis=a),
+           _shaped(lambda: [((3, 4), 3, 0), ((3, 4), 4, -1), ((2, 3, 4), 3, 1),
+                            ((3,), 3, 0), ((2, 0), 2, 0), ((3, 100, 400), 3, 0)]),
+           dtypes=ALL, kind="exact", grad=True, grad_ops=("Pack",),
+           errors=_errs(lambda: [((3, 4), 2, 0), ((3, 4), 3, 2), ((), 1, 0)])),
+    OpCase("Split", "Split", lambda x, n, a: tf.split(x, n, axis=a), _split_samples,
+           dtypes=ALL, kind="exact", grad=True, grad_ops=("ConcatV2",),
+           errors=_errs(lambda: [((3, 4), 3, 1), ((3, 4), 2, 2), ((), 1, 0)])),
+    OpCase("SplitV", "SplitV",
+           lambda x, s, a: R.SplitV(value=x, size_splits=s, axis=a, num_split=len(s)),
+           _split_v_samples, dtypes=ALL, kind="exact", grad=True, grad_ops=("ConcatV2",),
+           errors=_errs(lambda: [((3, 4), [1, 2], 1), ((3, 4), [-1, -1], 1),
+                                 ((3, 4), [5, -1], 1), ((3, 4), [-2, 6], 1), ((3, 4), [3], 1),
+                                 ((3, 4), [2, 2], 2)])),
+    OpCase("Fill", "Fill", lambda d, v: tf.fill(d, v), _fill_samples, dtypes=ALL, kind="exact",
+           grad=True, grad_args=(1,),
+           errors=lambda dt: [([-1], np.zeros((), dt)), ([2], np.zeros((2,), dt)),
+                              ([[2]], np.zeros((), dt)), ([2], np.zeros((1, 1), dt))]),
+    OpCase("Shape", "Shape", lambda x, t: R.Shape(input=x, out_type=t),
+           _shaped(lambda: [(s, t) for s in SHAPES[:-1] for t in (tf.int32, tf.int64)]),
+           dtypes=ALL, kind="exact"),
+    OpCase("ShapeN", "ShapeN", lambda *a: R.ShapeN(input=list(a[:-1]), out_type=a[-1]),
+           lambda dt, rng: [(data(rng, (2, 3), dt), data(rng, (), dt), data(rng, (0, 4, 1), dt), t)
+                            for t in (tf.int32, tf.int64)],
+           dtypes=ALL, kind="exact"),
+    OpCase("Size", "Size", lambda x, t: R.Size(input=x, out_type=t),
+           _shaped(lambda: [(s, t) for s in SHAPES[:-1] for t in (tf.int32, tf.int64)]),
+           dtypes=ALL, kind="exact"),
+    OpCase("Rank", "Rank", lambda x: R.Rank(input=x), _shaped(lambda: [(s,) for s in SHAPES]),
+           dtypes=ALL, kind="exact"),
+    OpCase("BroadcastTo", "BroadcastTo", lambda x, s: tf.broadcast_to(x, s), _bcast_samples,
+           dtypes=ALL, kind="exact", grad=True, grad_ops=("BroadcastGradientArgs", "Reshape"),
+           errors=_errs(lambda: [((3, 4), [3, 5]), ((3, 4), [4]), ((3,), [-1, 3]), ((0,), [1]),
+                                 ((3,), [1]), ((3,), [[3]])])),
+    OpCase("BroadcastGradientArgs", "BroadcastGradientArgs",
+           lambda a, b: R.BroadcastGradientArgs(s0=a, s1=b),
+           lambda dt, rng: [(np.array(a, dt), np.array(b, dt)) for a, b in (
+               ([2, 3], [3]), ([2, 1, 3], [1, 1]), ([], [1, 1]), ([0, 1], [1]), ([], []),
+               ([4, 1], [1, 5]), ([2, 3, 4], [2, 3, 4]))],
+           dtypes=INDEX, kind="exact",
+           errors=lambda dt: [(np.array([2, 3], dt), np.array([4], dt)),
+                              (np.array([[2, 3]], dt), np.array([3], dt))]),
+]
+
+from .array_index_ops import CASES as _INDEX_CASES  # noqa: E402
+
+CASES += _INDEX_CASES
