@@ -8,9 +8,10 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import kernel
+from kernels.cpu.reduction_ops import quiet
 
 NUM = ("float32", "float64", "int32", "int64")
-PARALLEL_MIN = 1 << 21    # multiply-adds; below this one thread is faster
+PARALLEL_MIN = 1 << 24    # multiply-adds; smaller products do not repay a parallel region
 
 
 @njit(cache=True, nogil=True)
@@ -59,8 +60,7 @@ def _int_matmul(x, y, out):
 
 def _product(x, y, out):
     if out.dtype.kind == "f":
-        with np.errstate(all="ignore"):  # 0 * inf = NaN is TensorFlow's answer too
-            np.matmul(x, y, out=out)
+        quiet(np.matmul, x, y, out=out)   # 0 * inf = NaN is TensorFlow's answer too
     else:
         _int_matmul(x, y, out)
 

@@ -42,7 +42,8 @@ def _mm_samples(dt, rng):
     # Long inner products in [-1, 1]: the tolerance's absolute term assumes products of O(1)
     # (terms up to 9 let two correct BLAS results differ by more under cancellation).
     out += [(arr(rng, a, dt, -1, 1), arr(rng, b, dt, -1, 1), ta, tb) for a, b, ta, tb in [
-        ((130, 140), (140, 120), False, False), ((140, 130), (120, 140), True, True)]]
+        ((130, 140), (140, 120), False, False), ((140, 130), (120, 140), True, True),
+        ((256, 256), (256, 256), False, True)]]   # integers: the parallel loop
     out += [(*(_specials(dt) if dt.kind == "f" else _edges(dt)), False, False)]
     return out
 
