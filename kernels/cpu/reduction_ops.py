@@ -31,6 +31,7 @@ def quiet(fn, *args, **kw):
     finally:
         _extobj_contextvar.reset(tok)
 
+
 NUM = ("float32", "float64", "int32", "int64")
 _BLOCK = 4096     # elements per partial float sum: keeps the rounding error near pairwise
 _SCAN = 256       # elements per equality probe in the ArgMax/ArgMin search

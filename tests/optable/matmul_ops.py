@@ -49,7 +49,8 @@ def _mm_samples(dt, rng):
 
 
 def _mm_errors(dt):
-    o = lambda *s: np.ones(s, dt)  # noqa: E731
+    def o(*s):
+        return np.ones(s, dt)
     return [(o(2, 3), o(2, 3)), (o(2, 3), o(3, 2), True, False), (o(3), o(3, 1)),
             (o(1, 2, 3), o(3, 1)), (o(2, 3), o(2, 3, 1))]
 
@@ -89,7 +90,8 @@ def _bmm_samples(shapes):
 
 
 def _bmm_errors(dt):
-    o = lambda *s: np.ones(s, dt)  # noqa: E731
+    def o(*s):
+        return np.ones(s, dt)
     return [(o(2, 3, 4), o(3, 4, 2)), (o(2, 3, 4), o(2, 3, 2)), (o(3), o(3, 2)),
             (o(2, 3, 4), o(2, 4, 2), True, False)]
 
