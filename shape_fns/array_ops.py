@@ -5,6 +5,7 @@ Slicing, padding, tiling and gathering live in `array_index_ops.py`, StridedSlic
 """
 import numpy as np
 
+from .common import unknown
 from .errors import InvalidArgumentError
 from .registry import shape_fn
 from .spec import Spec, fmt_shape
@@ -31,7 +32,19 @@ def _scalar(spec, what, op, allow_one=False):
         return None
     if v.size != 1:
         raise InvalidArgumentError(f"{op}: {what} must be a scalar, got shape {fmt_shape(v.shape)}")
-    return int(v.reshape(-1)[0])
+    return int(v.item())
+
+
+def _num(shape):
+    """Element count of a shape, None when not fully known."""
+    if shape is None:
+        return None
+    n = 1
+    for d in shape:
+        if d is None:
+            return None
+        n *= d
+    return n
 
 
 def _merge(a, b):
@@ -51,15 +64,15 @@ def reshape(inputs, attrs):
     x, s = inputs
     dims = _vec(s, "shape", "Reshape")
     if dims is None:
-        return [Spec(None if s.shape is None else (None,) * s.shape[0], x.dtype)]
-    unknown = -1
+        return [unknown(x.dtype, s.shape[0] if s.shape else None)]
+    wild = -1
     product, has_zero = 1, False
     for i, d in enumerate(dims):
         if d == -1:
-            if unknown != -1:
+            if wild != -1:
                 raise InvalidArgumentError(
-                    f"Reshape: only one input size may be -1, not both {unknown} and {i}")
-            unknown = i
+                    f"Reshape: only one input size may be -1, not both {wild} and {i}")
+            wild = i
         elif d < 0:
             raise InvalidArgumentError(f"Reshape: size {i} must be non-negative, not {d}")
         elif d == 0:
@@ -68,8 +81,8 @@ def reshape(inputs, attrs):
             product *= d
     xs = x.shape
     if xs is None or None in xs:
-        if unknown != -1:
-            dims[unknown] = None
+        if wild != -1:
+            dims[wild] = None
         return [Spec(dims, x.dtype)]
     # TensorFlow's rule: zero dims of the input are left out of the count when the requested
     # shape has a zero too, so that [-1, 0] and [0, -1] still infer the other dim.
@@ -77,13 +90,13 @@ def reshape(inputs, attrs):
     for d in xs:
         if d > 0 or not has_zero:
             n *= d
-    if unknown != -1:
+    if wild != -1:
         missing = n // product
         if missing * product != n:
             raise InvalidArgumentError(
                 f"Reshape: input {fmt_shape(xs)} has {n} values, but the requested shape "
                 f"{fmt_shape(dims)} requires a multiple of {product}")
-        dims[unknown] = missing
+        dims[wild] = missing
     total = 1
     for d in dims:
         total *= d
@@ -107,7 +120,7 @@ def same(inputs, attrs):
 def expand_dims(inputs, attrs):
     x, a = inputs
     v = a.value
-    if a.shape is not None and None not in a.shape and int(np.prod(a.shape)) != 1:
+    if (v.size if v is not None else _num(a.shape)) not in (1, None):
         raise InvalidArgumentError(
             f"ExpandDims: 'dim' must be a tensor with a single value, got shape {fmt_shape(a.shape)}")
     xs = x.shape
@@ -116,7 +129,7 @@ def expand_dims(inputs, attrs):
     r = len(xs)
     if v is None:
         return [Spec((None,) * (r + 1), x.dtype)]
-    axis = int(v.reshape(-1)[0])
+    axis = int(v.item())
     if not -r - 1 <= axis <= r:
         raise InvalidArgumentError(
             f"ExpandDims: tried to expand dim index {axis} for tensor {fmt_shape(xs)}")
@@ -214,7 +227,22 @@ def concat_v2(inputs, attrs):
     if len(values) < 2:  # the OpDef minimum, which TensorFlow checks before the kernel
         raise InvalidArgumentError(f"ConcatV2: value for attr 'N' of {len(values)} must be at least 2")
     dt = values[0].dtype
-    shapes = [v.shape for v in values if v.shape is not None]
+    axis = _scalar(a, "axis", "ConcatV2", allow_one=True)
+    shapes = [v.shape for v in values]
+    if axis is not None and None not in shapes:  # the eager case, kept short
+        s0 = shapes[0]
+        r = len(s0)
+        if r and -r <= axis < r:
+            ax = axis % r
+            pre, post = s0[:ax], s0[ax + 1:]
+            total = 0
+            for s in shapes:
+                if len(s) != r or s[:ax] != pre or s[ax + 1:] != post or s[ax] is None:
+                    break
+                total += s[ax]
+            else:
+                return [Spec(pre + (total,) + post, dt)]
+    shapes = [s for s in shapes if s is not None]
     if not shapes:
         return [Spec(None, dt)]
     r = len(shapes[0])
@@ -225,7 +253,6 @@ def concat_v2(inputs, attrs):
                 f"vs {fmt_shape(s)}")
     if r == 0:
         raise InvalidArgumentError("ConcatV2: can't concatenate scalars (use tf.stack instead)")
-    axis = _scalar(a, "axis", "ConcatV2", allow_one=True)
     if axis is None:
         return [Spec((None,) * r, dt)]
     if not -r <= axis < r:
@@ -233,11 +260,10 @@ def concat_v2(inputs, attrs):
             f"ConcatV2: expected concatenating dimensions in the range [{-r}, {r}), got {axis}")
     if axis < 0:
         axis += r
+    out = _concat_shape(shapes, axis, "ConcatV2")
     if len(shapes) < len(values):  # some inputs of unknown rank: the concat dim is unknown
-        out = list(_concat_shape(shapes, axis, "ConcatV2"))
-        out[axis] = None
-        return [Spec(out, dt)]
-    return [Spec(_concat_shape(shapes, axis, "ConcatV2"), dt)]
+        out = out[:axis] + (None,) + out[axis + 1:]
+    return [Spec(out, dt)]
 
 
 @shape_fn("ConcatOffset", value_free=True)
@@ -399,7 +425,7 @@ def broadcast_to(inputs, attrs):
     dims = _vec(s, "shape", "BroadcastTo")
     xs = x.shape
     if dims is None:
-        return [Spec(None if s.shape is None else (None,) * s.shape[0], x.dtype)]
+        return [unknown(x.dtype, s.shape[0] if s.shape else None)]
     for d in dims:
         if d < 0:
             raise InvalidArgumentError(f"BroadcastTo: dimension {d} must be >= 0 in {dims}")

@@ -7,6 +7,7 @@ added). For fully known inputs it also gives the Python slices that produce the 
 """
 import functools
 
+from .common import unknown
 from .errors import InvalidArgumentError
 from .registry import shape_fn
 from .spec import Spec, fmt_shape
@@ -131,20 +132,23 @@ def plan(xs, begin, end, strides, bm, em, elm, nam, sam):
 
 def _spec_tuple(spec):
     v = spec.value
-    return None if v is None else tuple(v.reshape(-1).tolist())
+    return None if v is None else tuple(v.tolist())
 
 
 def plan_for(xs, b, e, s, attrs):
     """The plan for spec inputs, or None when the output rank cannot be known."""
-    shapes = (b.shape, e.shape, s.shape)
-    n = s.shape[0] if s.shape is not None and len(s.shape) == 1 else None
-    for sh in shapes:
-        if sh is not None and (len(sh) != 1 or (n is not None and sh[0] not in (n, None))):
-            raise InvalidArgumentError(
-                f"StridedSlice: expected begin, end, and strides to be 1-D equal size tensors, "
-                f"got shapes {', '.join(fmt_shape(x) for x in shapes)}")
-    if n is not None and n >= 32:
-        raise InvalidArgumentError(f"StridedSlice: at most 31 slice entries, got {n}")
+    ss = s.shape
+    if not (b.shape == e.shape == ss and ss is not None and len(ss) == 1 and ss[0] is not None
+            and ss[0] < 32):
+        shapes = (b.shape, e.shape, ss)
+        n = ss[0] if ss is not None and len(ss) == 1 else None
+        for sh in shapes:
+            if sh is not None and (len(sh) != 1 or (n is not None and sh[0] not in (n, None))):
+                raise InvalidArgumentError(
+                    f"StridedSlice: expected begin, end, and strides to be 1-D equal size "
+                    f"tensors, got shapes {', '.join(fmt_shape(x) for x in shapes)}")
+        if n is not None and n >= 32:
+            raise InvalidArgumentError(f"StridedSlice: at most 31 slice entries, got {n}")
     strides = _spec_tuple(s)
     if xs is None or strides is None:
         return None
@@ -167,7 +171,7 @@ def strided_slice_grad(inputs, attrs):
         raise InvalidArgumentError(
             f"StridedSliceGrad: shape must be 1-D, got shape.shape = {fmt_shape(sh.shape)}")
     if sh.value is None:
-        return [Spec(None if sh.shape is None else (None,) * sh.shape[0], dy.dtype)]
+        return [unknown(dy.dtype, sh.shape[0] if sh.shape else None)]
     xs = tuple(sh.value.tolist())
     p = plan_for(xs, b, e, s, attrs)
     if p is not None and dy.shape is not None:

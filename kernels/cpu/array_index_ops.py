@@ -10,6 +10,7 @@ from shape_fns.strided_slice import plan
 
 _copyto = np.copyto
 _BIG = 1 << 16   # elements; above this, avoid numpy's buffered/redundant paths
+_UNSIGNED = {4: np.uint32, 8: np.uint64}
 
 
 @kernel("Slice")
@@ -82,16 +83,17 @@ def gather_v2(inputs, outputs, attrs):
     if bd == 0 and idx.dtype == np.int32 and out.size <= _BIG:
         # Negative int32 indices read as uint32 are out of range, so one call checks both ends.
         try:
-            np.take(p, idx.view(np.uint32), axis=axis, out=out, mode="raise")
+            p.take(idx.view(np.uint32), axis, out, "raise")
         except IndexError:
             raise _bad_index(idx, n) from None
         return
-    if idx.size and (idx.min() < 0 or idx.max() >= n):
+    # Read as unsigned, negative indices are huge: one max() checks both ends.
+    if idx.size and idx.view(_UNSIGNED[idx.dtype.itemsize]).max() >= n:
         raise _bad_index(idx, n)
     if out.size == 0:
         return
     if bd == 0:
-        np.take(p, idx, axis=axis, out=out, mode="clip")
+        p.take(idx, axis, out, "clip")
         return
     ps = p.shape
     b = int(np.prod(ps[:bd]))

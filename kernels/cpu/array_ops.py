@@ -22,7 +22,60 @@ def reshape(inputs, outputs, attrs):
 
 @kernel("Transpose")
 def transpose(inputs, outputs, attrs):
-    _copyto(outputs[0], inputs[0].transpose(inputs[1].tolist()))
+    x, out = inputs[0], outputs[0]
+    perm = inputs[1].tolist()
+    if x.size < _BIG_TRANSPOSE:
+        _copyto(out, x.transpose(perm))
+        return
+    shape, perm = _collapse(x.shape, perm)
+    x = x.reshape(shape)
+    if perm == [1, 0]:
+        _transpose_batch(x[None], out.reshape(1, shape[1], shape[0]))
+    elif perm == [0, 2, 1]:
+        _transpose_batch(x, out.reshape(shape[0], shape[2], shape[1]))
+    else:
+        _copyto(out.reshape([shape[p] for p in perm]), x.transpose(perm))
+
+
+_BIG_TRANSPOSE = 1 << 15
+
+
+def _collapse(shape, perm):
+    """Equivalent (shape, perm) with size-1 axes dropped and axes that stay adjacent merged."""
+    keep = [a for a in range(len(shape)) if shape[a] != 1]
+    if len(keep) < len(shape):
+        pos = {a: i for i, a in enumerate(keep)}
+        perm = [pos[p] for p in perm if p in pos]
+        shape = [shape[a] for a in keep]
+    groups = []
+    for p in perm:
+        if groups and groups[-1][-1] + 1 == p:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    order = sorted(range(len(groups)), key=lambda g: groups[g][0])
+    new_shape = []
+    for g in order:
+        n = 1
+        for a in groups[g]:
+            n *= shape[a]
+        new_shape.append(n)
+    pos = {g: i for i, g in enumerate(order)}
+    return new_shape, [pos[g] for g in range(len(groups))]
+
+
+def _transpose_batch(x, out):
+    """out[b] = x[b].T. numpy's element-wise strided copy thrashes the cache when both dims
+    are wide; copying bands of one output cache line at a time keeps reads and writes local."""
+    rows, cols = x.shape[1], x.shape[2]
+    if cols * x.itemsize < 1024:
+        _copyto(out, x.transpose(0, 2, 1))
+        return
+    band = max(64 // x.itemsize, 1)
+    for b in range(x.shape[0]):
+        xb, ob = x[b], out[b]
+        for i in range(0, rows, band):
+            _copyto(ob[:, i:i + band], xb[i:i + band].T)
 
 
 @kernel("InvertPermutation", dtypes=("int32", "int64"))
@@ -70,15 +123,23 @@ def concat_offset(inputs, outputs, attrs):
 
 @kernel("Pack")
 def pack(inputs, outputs, attrs):
-    np.stack(inputs, axis=attrs.get("axis", 0), out=outputs[0])
+    out = outputs[0]
+    axis = attrs.get("axis", 0)
+    if len(inputs) > 8:
+        np.stack(inputs, axis=axis, out=out)
+        return
+    pre = (slice(None),) * (axis + out.ndim if axis < 0 else axis)
+    for i, x in enumerate(inputs):  # cheaper than np.stack for a few inputs
+        out[pre + (i,)] = x
 
 
 @kernel("Unpack")
 def unpack(inputs, outputs, attrs):
-    if outputs:
-        x = np.moveaxis(inputs[0], attrs.get("axis", 0), 0)
-        for i, out in enumerate(outputs):
-            _copyto(out, x[i])
+    x = inputs[0]
+    axis = attrs.get("axis", 0)
+    pre = (slice(None),) * (axis + x.ndim if axis < 0 else axis)
+    for i, out in enumerate(outputs):
+        _copyto(out, x[pre + (i,)])
 
 
 @kernel("Split")

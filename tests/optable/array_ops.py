@@ -123,7 +123,10 @@ CASES = [
     OpCase("Transpose", "Transpose", lambda x, p: tf.transpose(x, p),
            _shaped(lambda: [((2, 3, 4), [2, 0, 1]), ((3, 5), [1, 0]), ((), []), ((0, 3), [1, 0]),
                             ((2, 3, 4, 5), [0, 2, 3, 1]),
-                            ((2, 3, 4), np.array([1, 2, 0], np.int64)), ((300, 400), [1, 0])]),
+                            ((2, 3, 4), np.array([1, 2, 0], np.int64)), ((300, 400), [1, 0]),
+                            # large: collapsed to (batched) 2-D transposes, banded or plain
+                            ((4, 32, 32, 16), [0, 3, 1, 2]), ((4, 16, 32, 32), [0, 2, 3, 1]),
+                            ((1, 300, 1, 400), [3, 2, 1, 0]), ((8, 64, 4, 32), [0, 2, 1, 3])]),
            dtypes=ALL, kind="exact", grad=True, grad_ops=("InvertPermutation", "Transpose"),
            errors=_errs(lambda: [((3, 4), [0, 0]), ((3, 4), [0]), ((3, 4), [0, 2]),
                                  ((3, 4), [-3, 0]), ((3, 4), [-1, 1])])),
