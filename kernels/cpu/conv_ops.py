@@ -1,0 +1,257 @@
+"""CPU kernels: Conv2D and its backprops as im2col / col2im (numba) around one BLAS GEMM.
+
+All three work in NHWC; NCHW inputs are transposed in and out. Stock TF runs float32 on oneDNN
+and float64 (and float32 backprops with explicit padding) on its reference kernels, which accept
+less (NHWC only, no dilated backprops); we raise what each raises. Inputs whose stock float32 result is not a plain convolution (empty
+tensors, zero-sized outputs) and mismatched backprop shapes or grouped convolutions go back to
+TensorFlow.
+"""
+import numpy as np
+from numba import njit, prange
+
+from kernels import kernel
+from shape_fns import InvalidArgumentError, UnimplementedError, Unsupported
+from shape_fns.conv_ops import conv_geometry, nhwc_axes, to_nhwc
+
+FLOATS = (np.float32, np.float64)
+PARALLEL_MIN = 1 << 17        # elements of the im2col buffer; below this one thread is faster
+COLS_MAX_BYTES = 64 << 20     # bigger im2col buffers are built and multiplied in chunks
+
+
+def _im2col(x, cols, q0, q1, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl):
+    """Rows of cols <- input patches of output image rows q0..q1 (q = n*OH + oh)."""
+    H, W, C = x.shape[1], x.shape[2], x.shape[3]
+    for q in prange(q0, q1):
+        n = q // OH
+        oh = q - n * OH
+        r0 = (q - q0) * OW
+        for ow in range(OW):
+            row = cols[r0 + ow]
+            j = 0
+            for kh in range(KH):
+                ih = oh * sh - pt + kh * dh
+                for kw in range(KW):
+                    iw = ow * sw - pl + kw * dw
+                    if 0 <= ih < H and 0 <= iw < W:
+                        src = x[n, ih, iw]
+                        for c in range(C):
+                            row[j + c] = src[c]
+                    else:
+                        for c in range(C):
+                            row[j + c] = 0
+                    j += C
+
+
+def _col2im(dcols, dx, n0, n1, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl):
+    """dx[n0:n1] <- sum of the patch gradients in dcols that cover each input pixel (gather)."""
+    H, W, C = dx.shape[1], dx.shape[2], dx.shape[3]
+    for p in prange((n1 - n0) * H):
+        nl = p // H
+        ih = p - nl * H
+        for iw in range(W):
+            d = dx[n0 + nl, ih, iw]
+            for c in range(C):
+                d[c] = 0
+            for kh in range(KH):
+                th = ih + pt - kh * dh
+                if th < 0 or th % sh != 0 or th // sh >= OH:
+                    continue
+                oh = th // sh
+                for kw in range(KW):
+                    tw = iw + pl - kw * dw
+                    if tw < 0 or tw % sw != 0 or tw // sw >= OW:
+                        continue
+                    src = dcols[(nl * OH + oh) * OW + tw // sw]
+                    j = (kh * KW + kw) * C
+                    for c in range(C):
+                        d[c] += src[j + c]
+
+
+_im2col_s = njit(cache=True, nogil=True)(_im2col)
+_im2col_p = njit(cache=True, nogil=True, parallel=True)(_im2col)
+_col2im_s = njit(cache=True, nogil=True)(_col2im)
+_col2im_p = njit(cache=True, nogil=True, parallel=True)(_col2im)
+
+
+def _geom_args(g):
+    return g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl
+
+
+def _pointwise(g):
+    """A 1x1 window with no padding: the convolution is a GEMM over (strided) pixels."""
+    return g.kh == 1 and g.kw == 1 and not (g.pt or g.pb or g.pl or g.pr)
+
+
+def _check_padded(a, g):
+    # oneDNN skips padded taps; im2col multiplies them by 0, which turns an Inf/NaN in the other
+    # operand (filter, or out_backprop for the filter gradient) into NaN
+    if g.pt or g.pb or g.pl or g.pr:
+        with np.errstate(all="ignore"):
+            total = a.sum()
+        if not np.isfinite(total):
+            raise Unsupported("nonfinite_with_padding")
+
+
+def conv_nhwc(x, f, out, g):
+    N, H, W, C = x.shape
+    KH, KW, _, CO = f.shape
+    OH, OW = out.shape[1], out.shape[2]
+    K = KH * KW * C
+    w2 = f.reshape(K, CO)
+    o2 = out.reshape(N * OH * OW, CO)
+    if _pointwise(g):
+        xs = x if g.sh == g.sw == 1 else np.ascontiguousarray(x[:, ::g.sh, ::g.sw])
+        np.matmul(xs.reshape(-1, C), w2, out=o2)
+        return
+    step = max(1, COLS_MAX_BYTES // (OW * K * x.itemsize))   # image rows per chunk
+    Q = N * OH
+    step = min(step, Q)
+    cols = np.empty((step * OW, K), x.dtype)
+    im2col = _im2col_p if cols.size >= PARALLEL_MIN else _im2col_s
+    for q0 in range(0, Q, step):
+        q1 = min(Q, q0 + step)
+        m = (q1 - q0) * OW
+        im2col(x, cols, q0, q1, OH, OW, *_geom_args(g))
+        np.matmul(cols[:m], w2, out=o2[q0 * OW:q1 * OW])
+
+
+def backprop_input_nhwc(f, dy, dx, g):
+    N, H, W, C = dx.shape
+    KH, KW, _, CO = f.shape
+    OH, OW = dy.shape[1], dy.shape[2]
+    K = KH * KW * C
+    wt = f.reshape(K, CO).T
+    dy2 = dy.reshape(N * OH * OW, CO)
+    if _pointwise(g) and g.sh == g.sw == 1:
+        np.matmul(dy2, wt, out=dx.reshape(-1, C))
+        return
+    per = OH * OW * K * dx.itemsize
+    step = min(N, max(1, COLS_MAX_BYTES // max(per, 1)))   # images per chunk
+    dcols = np.empty((step * OH * OW, K), dx.dtype)
+    col2im = _col2im_p if dcols.size >= PARALLEL_MIN else _col2im_s
+    for n0 in range(0, N, step):
+        n1 = min(N, n0 + step)
+        m = (n1 - n0) * OH * OW
+        np.matmul(dy2[n0 * OH * OW:n1 * OH * OW], wt, out=dcols[:m])
+        col2im(dcols, dx, n0, n1, OH, OW, *_geom_args(g))
+
+
+def backprop_filter_nhwc(x, dy, df, g):
+    N, H, W, C = x.shape
+    KH, KW, _, CO = df.shape
+    OH, OW = dy.shape[1], dy.shape[2]
+    K = KH * KW * C
+    df2 = df.reshape(K, CO)
+    dy2 = dy.reshape(N * OH * OW, CO)
+    if _pointwise(g):
+        xs = x if g.sh == g.sw == 1 else np.ascontiguousarray(x[:, ::g.sh, ::g.sw])
+        np.matmul(xs.reshape(-1, C).T, dy2, out=df2)
+        return
+    Q = N * OH
+    step = min(Q, max(1, COLS_MAX_BYTES // (OW * K * x.itemsize)))
+    cols = np.empty((step * OW, K), x.dtype)
+    im2col = _im2col_p if cols.size >= PARALLEL_MIN else _im2col_s
+    part = None
+    for q0 in range(0, Q, step):
+        q1 = min(Q, q0 + step)
+        m = (q1 - q0) * OW
+        im2col(x, cols, q0, q1, OH, OW, *_geom_args(g))
+        if q0 == 0:
+            np.matmul(cols[:m].T, dy2[:m], out=df2)
+        else:
+            part = np.empty_like(df2) if part is None else part
+            np.matmul(cols[:m].T, dy2[q0 * OW:q1 * OW], out=part)
+            df2 += part
+
+
+def _nhwc_in(a, fmt):
+    return a if fmt != "NCHW" else np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+
+
+def _nhwc_out(out, fmt):
+    """(array to compute into, finish()) for an output in the op's data format."""
+    if fmt != "NCHW":
+        return out, lambda: None
+    n, c, h, w = out.shape
+    tmp = np.empty((n, h, w, c), out.dtype)
+    return tmp, lambda: np.copyto(out, tmp.transpose(0, 3, 1, 2))
+
+
+def _expect_dy(dy_nhwc, want):
+    if tuple(dy_nhwc) != tuple(want):
+        # stock (oneDNN) raises AbortedError for this, a class we do not have: let TF raise it
+        raise Unsupported("out_backprop_shape_mismatch")
+
+
+def _geometry(x_shape, f_shape, attrs, op, dtype):
+    fmt = attrs.get("data_format", "NHWC")
+    nhwc_axes(fmt)
+    xs = to_nhwc(x_shape, fmt)
+    g, cout, groups = conv_geometry(xs, f_shape, attrs, op, dtype)
+    if groups != 1:
+        raise Unsupported("grouped_conv")
+    # stock runs float64, and float32 backprops with explicit padding, on TF's reference kernels
+    if dtype == np.float64 or (op != "Conv2D" and attrs.get("padding") == "EXPLICIT"):
+        if fmt == "NCHW":
+            if op == "Conv2D":
+                raise UnimplementedError(
+                    "The Conv2D op currently only supports the NHWC tensor format on the CPU. "
+                    "The op was given the format: NCHW")
+            raise InvalidArgumentError(f"{op} only supports NHWC.")
+        if op != "Conv2D" and (g.dh > 1 or g.dw > 1):
+            raise InvalidArgumentError(
+                "Current CPU implementations do not yet support dilation rates larger than 1.")
+    return fmt, xs, g
+
+
+def _empty(arrays, out):
+    """True when there is nothing to compute; float32 empties go back to TF (oneDNN quirks)."""
+    if out.size and all(a.size for a in arrays):
+        return False
+    if out.dtype != np.float64:
+        raise Unsupported("empty_conv")   # e.g. stock float32 Conv2D returns its input here
+    out[...] = 0
+    return True
+
+
+@kernel("Conv2D", dtypes=FLOATS)
+def conv2d(inputs, outputs, attrs):
+    x, f = inputs
+    out = outputs[0]
+    fmt, xs, g = _geometry(x.shape, f.shape, attrs, "Conv2D", x.dtype)
+    if _empty((x,), out):
+        return
+    _check_padded(f, g)
+    dst, finish = _nhwc_out(out, fmt)
+    with np.errstate(all="ignore"):
+        conv_nhwc(_nhwc_in(x, fmt), f, dst, g)
+    finish()
+
+
+@kernel("Conv2DBackpropInput", dtypes=FLOATS)
+def conv2d_backprop_input(inputs, outputs, attrs):
+    _, f, dy = inputs
+    dx = outputs[0]
+    if dx.ndim != 4:
+        raise InvalidArgumentError(f"input_sizes must be 4-dimensional, got: {dx.ndim}")
+    fmt, xs, g = _geometry(dx.shape, f.shape, attrs, "Conv2DBackpropInput", dx.dtype)
+    _expect_dy(to_nhwc(dy.shape, fmt), (xs[0], g.oh, g.ow, f.shape[3]))
+    if _empty((dy,), dx):
+        return
+    dst, finish = _nhwc_out(dx, fmt)
+    with np.errstate(all="ignore"):
+        backprop_input_nhwc(f, _nhwc_in(dy, fmt), dst, g)
+    finish()
+
+
+@kernel("Conv2DBackpropFilter", dtypes=FLOATS)
+def conv2d_backprop_filter(inputs, outputs, attrs):
+    x, _, dy = inputs
+    df = outputs[0]
+    fmt, xs, g = _geometry(x.shape, df.shape, attrs, "Conv2DBackpropFilter", x.dtype)
+    _expect_dy(to_nhwc(dy.shape, fmt), (xs[0], g.oh, g.ow, df.shape[3]))
+    if _empty((x, dy), df):
+        return
+    _check_padded(dy, g)
+    with np.errstate(all="ignore"):
+        backprop_filter_nhwc(_nhwc_in(x, fmt), _nhwc_in(dy, fmt), df, g)

@@ -1,0 +1,212 @@
+"""CPU kernels: 2-D max/avg pooling and their gradients (numba, NHWC; NCHW transposed in/out).
+
+TF semantics kept here: MaxPool starts from the dtype's lowest value and ignores NaN; MaxPoolGrad
+sends each window's gradient to its first maximum in row-major order (a later element wins only
+when strictly greater, so a leading NaN keeps it); AvgPool divides by the number of in-bounds
+elements of each window.
+"""
+import numpy as np
+from numba import njit, prange
+
+from kernels import kernel
+from shape_fns import InvalidArgumentError, Unsupported
+from shape_fns.conv_ops import to_nhwc
+from shape_fns.pooling_ops import pool_window
+
+from .conv_ops import _nhwc_in, _nhwc_out
+
+FLOATS = (np.float32, np.float64)
+PARALLEL_MIN = 1 << 16       # output elements (times window size for the gradients)
+CHANNEL_BLOCK = 16           # MaxPoolGrad parallelises over (image, channel block): no write races
+
+
+def _max_pool(x, out, KH, KW, sh, sw, pt, pl, lowest):
+    H, W, C = x.shape[1], x.shape[2], x.shape[3]
+    OH, OW = out.shape[1], out.shape[2]
+    for q in prange(out.shape[0] * OH):
+        n = q // OH
+        oh = q - n * OH
+        h0 = oh * sh - pt
+        hs, he = max(h0, 0), min(h0 + KH, H)
+        for ow in range(OW):
+            w0 = ow * sw - pl
+            ws, we = max(w0, 0), min(w0 + KW, W)
+            o = out[n, oh, ow]
+            for c in range(C):
+                o[c] = lowest
+            for ih in range(hs, he):
+                for iw in range(ws, we):
+                    src = x[n, ih, iw]
+                    for c in range(C):
+                        v = src[c]
+                        if o[c] < v:
+                            o[c] = v
+
+
+def _avg_pool(x, out, KH, KW, sh, sw, pt, pl):
+    H, W, C = x.shape[1], x.shape[2], x.shape[3]
+    OH, OW = out.shape[1], out.shape[2]
+    for q in prange(out.shape[0] * OH):
+        n = q // OH
+        oh = q - n * OH
+        h0 = oh * sh - pt
+        hs, he = max(h0, 0), min(h0 + KH, H)
+        for ow in range(OW):
+            w0 = ow * sw - pl
+            ws, we = max(w0, 0), min(w0 + KW, W)
+            o = out[n, oh, ow]
+            for c in range(C):
+                o[c] = 0
+            for ih in range(hs, he):
+                for iw in range(ws, we):
+                    src = x[n, ih, iw]
+                    for c in range(C):
+                        o[c] += src[c]
+            cnt = (he - hs) * (we - ws)
+            for c in range(C):
+                o[c] /= cnt
+
+
+def _max_pool_grad(x, dy, dx, KH, KW, sh, sw, pt, pl, CB):
+    N, H, W, C = x.shape
+    OH, OW = dy.shape[1], dy.shape[2]
+    NB = (C + CB - 1) // CB
+    for t in prange(N * NB):
+        n = t // NB
+        c0 = (t - n * NB) * CB
+        c1 = min(c0 + CB, C)
+        best = np.empty(c1 - c0, x.dtype)
+        arg = np.empty(c1 - c0, np.int64)
+        for ih in range(H):
+            for iw in range(W):
+                for c in range(c0, c1):
+                    dx[n, ih, iw, c] = 0
+        for oh in range(OH):
+            h0 = oh * sh - pt
+            hs, he = max(h0, 0), min(h0 + KH, H)
+            for ow in range(OW):
+                w0 = ow * sw - pl
+                ws, we = max(w0, 0), min(w0 + KW, W)
+                if he <= hs or we <= ws:
+                    continue
+                src = x[n, hs, ws]
+                for c in range(c0, c1):
+                    best[c - c0] = src[c]
+                    arg[c - c0] = hs * W + ws
+                for ih in range(hs, he):
+                    for iw in range(ws, we):
+                        src = x[n, ih, iw]
+                        k = ih * W + iw
+                        for c in range(c0, c1):
+                            if best[c - c0] < src[c]:
+                                best[c - c0] = src[c]
+                                arg[c - c0] = k
+                g = dy[n, oh, ow]
+                for c in range(c0, c1):
+                    k = arg[c - c0]
+                    dx[n, k // W, k % W, c] += g[c]
+
+
+def _avg_pool_grad(dy, dx, KH, KW, sh, sw, pt, pl):
+    """Gather: each input pixel sums dy/count over the windows that contain it."""
+    H, W, C = dx.shape[1], dx.shape[2], dx.shape[3]
+    OH, OW = dy.shape[1], dy.shape[2]
+    for p in prange(dx.shape[0] * H):
+        n = p // H
+        ih = p - n * H
+        oh_lo = max(0, -((KH - 1 - ih - pt) // sh))    # ceil((ih + pt - KH + 1) / sh)
+        oh_hi = min(OH - 1, (ih + pt) // sh)
+        for iw in range(W):
+            ow_lo = max(0, -((KW - 1 - iw - pl) // sw))
+            ow_hi = min(OW - 1, (iw + pl) // sw)
+            d = dx[n, ih, iw]
+            for c in range(C):
+                d[c] = 0
+            for oh in range(oh_lo, oh_hi + 1):
+                h0 = oh * sh - pt
+                hc = min(h0 + KH, H) - max(h0, 0)
+                for ow in range(ow_lo, ow_hi + 1):
+                    w0 = ow * sw - pl
+                    inv = 1.0 / (hc * (min(w0 + KW, W) - max(w0, 0)))
+                    g = dy[n, oh, ow]
+                    for c in range(C):
+                        d[c] += g[c] * inv
+
+
+def _pair(fn):
+    return (njit(cache=True, nogil=True, error_model="numpy")(fn),
+            njit(cache=True, nogil=True, parallel=True, error_model="numpy")(fn))
+
+
+_MAX, _AVG, _MAXG, _AVGG = (_pair(f) for f in (_max_pool, _avg_pool, _max_pool_grad, _avg_pool_grad))
+
+
+def _pick(pair, work):
+    return pair[1] if work >= PARALLEL_MIN else pair[0]
+
+
+def _args(g):
+    return g.kh, g.kw, g.sh, g.sw, g.pt, g.pl
+
+
+def _window(x_shape, attrs, op):
+    fmt = attrs.get("data_format", "NHWC")
+    return fmt, pool_window(to_nhwc(x_shape, fmt), attrs, op)
+
+
+@kernel("MaxPool", dtypes=FLOATS)
+def max_pool(inputs, outputs, attrs):
+    x = inputs[0]
+    out = outputs[0]
+    fmt, g = _window(x.shape, attrs, "MaxPool")
+    if out.size == 0:
+        return
+    dst, finish = _nhwc_out(out, fmt)
+    _pick(_MAX, out.size)(_nhwc_in(x, fmt), dst, *_args(g), x.dtype.type(np.finfo(x.dtype).min))
+    finish()
+
+
+@kernel("AvgPool", dtypes=FLOATS)
+def avg_pool(inputs, outputs, attrs):
+    x = inputs[0]
+    out = outputs[0]
+    fmt, g = _window(x.shape, attrs, "AvgPool")
+    if out.size == 0:
+        return
+    dst, finish = _nhwc_out(out, fmt)
+    _pick(_AVG, out.size)(_nhwc_in(x, fmt), dst, *_args(g))
+    finish()
+
+
+@kernel("MaxPoolGrad", dtypes=FLOATS)
+def max_pool_grad(inputs, outputs, attrs):
+    x, _, dy = inputs
+    dx = outputs[0]
+    fmt, g = _window(x.shape, attrs, "MaxPoolGrad")
+    if fmt != "NHWC":
+        raise InvalidArgumentError(
+            "Default MaxPoolingGradOp only supports NHWC on device type CPU")
+    if dx.size == 0:
+        return
+    if dy.size == 0:
+        dx[...] = 0
+        return
+    _pick(_MAXG, dy.size * g.kh * g.kw)(x, dy, dx, *_args(g), CHANNEL_BLOCK)
+
+
+@kernel("AvgPoolGrad", dtypes=FLOATS)
+def avg_pool_grad(inputs, outputs, attrs):
+    _, dy = inputs
+    dx = outputs[0]
+    fmt, g = _window(dx.shape, attrs, "AvgPoolGrad")
+    if tuple(to_nhwc(dy.shape, fmt)) != (dx.shape[0], g.oh, g.ow, dx.shape[3] if fmt != "NCHW"
+                                          else dx.shape[1]):
+        raise Unsupported("grad_shape_mismatch")   # stock (oneDNN) does not check; leave it to TF
+    if dx.size == 0:
+        return
+    if dy.size == 0:
+        dx[...] = 0
+        return
+    dst, finish = _nhwc_out(dx, fmt)
+    _pick(_AVGG, dx.size * g.kh * g.kw)(_nhwc_in(dy, fmt), dst, *_args(g))
+    finish()
