@@ -4,6 +4,10 @@ For every (op, dtype kind) it generates, into a source file in the cache directo
 on-disk cache works), a scalar function, a serial flat loop and a parallel flat loop. Same-shape
 and scalar-broadcast calls use the flat loops; general broadcasting uses a numba ufunc built
 lazily from the scalar function. Nothing compiles until an op is first used with a dtype.
+Entries with a `check` also get a loop that scans the second input for the error condition.
+Float kernels treat subnormal inputs and results as zero, as TensorFlow's CPU kernels do.
+Everything compiles with numba's "numpy" error model: float division by zero gives Inf/NaN, and
+no per-element exception checks.
 """
 import hashlib
 import importlib.util
@@ -15,6 +19,7 @@ import numpy as np
 
 from kernels import kernel
 from kernels.elementwise_table import TABLE
+from shape_fns import errors
 
 PARALLEL_MIN = 1 << 17   # elements; below this the thread fork/join costs more than it saves
 KINDS = {"f": "f", "i": "i", "u": "u", "b": "b"}
@@ -25,15 +30,15 @@ import numpy as np
 from numba import njit, prange
 from kernels.cpu.scalar import *  # noqa
 
-_j = njit(cache=True, nogil=True)
-_jp = njit(cache=True, nogil=True, parallel=True)
+_j = njit(cache=True, nogil=True, error_model="numpy")
+_jp = njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 '''
 
 _UNARY = '''
 def {f}_s(x{pp}):
-    return {expr}
+{pre}    return {expr}
 
-_{f}_s = njit(cache=True, nogil=True, inline="always")({f}_s)
+_{f}_s = njit(cache=True, nogil=True, inline="always", error_model="numpy")({f}_s)
 
 @_j
 def {f}_loop(x, out{pp}):
@@ -48,9 +53,9 @@ def {f}_ploop(x, out{pp}):
 
 _BINARY = '''
 def {f}_s(x, y{pp}):
-    return {expr}
+{pre}    return {expr}
 
-_{f}_s = njit(cache=True, nogil=True, inline="always")({f}_s)
+_{f}_s = njit(cache=True, nogil=True, inline="always", error_model="numpy")({f}_s)
 
 @_j
 def {f}_loop(x, y, out, sx, sy{pp}):
@@ -64,6 +69,17 @@ def {f}_ploop(x, y, out, sx, sy{pp}):
 '''
 
 
+_CHECK = '''
+@_j
+def {f}_chk(ys):
+    for i in range(ys.size):
+        y = ys[i]
+        if {cond}:
+            return True
+    return False
+'''
+
+
 def _source():
     parts = [_HEADER]
     for name, e in sorted(TABLE.items()):
@@ -74,7 +90,15 @@ def _source():
             if expr is None:
                 continue
             tpl = _UNARY if e.arity == 1 else _BINARY
-            parts.append(tpl.format(f=f"{name}_{k}", expr=expr, pp=pp, pa=pp))
+            pre = ""
+            if k == "f":
+                # TensorFlow's CPU threads flush subnormals to zero (FTZ, DAZ): inputs and results.
+                pre = "".join(f"    {v} = ftz({v})\n" for v in "xy"[:e.arity])
+                if e.out == "same":
+                    expr = f"ftz(cst(x, {expr}))"
+            parts.append(tpl.format(f=f"{name}_{k}", expr=expr, pp=pp, pa=pp, pre=pre))
+            if k in e.check:
+                parts.append(_CHECK.format(f=f"{name}_{k}", cond=e.check[k][0]))
     return "".join(parts)
 
 
@@ -131,13 +155,21 @@ def _make_unary(entry, kind):
     loop, ploop = getattr(GEN, f + "_loop"), getattr(GEN, f + "_ploop")
     params = entry.params
 
-    def run(inputs, outputs, attrs):
-        out = outputs[0]
-        if out.size == 0:
-            return
-        p = tuple(attrs[k] for k in params)
-        (ploop if out.size >= PARALLEL_MIN else loop)(
-            inputs[0].reshape(-1), out.reshape(-1), *p)
+    if params:
+        def run(inputs, outputs, attrs):
+            out = outputs[0]
+            if out.size == 0:
+                return
+            p = tuple(attrs[k] for k in params)
+            (ploop if out.size >= PARALLEL_MIN else loop)(
+                inputs[0].reshape(-1), out.reshape(-1), *p)
+    else:
+        def run(inputs, outputs, attrs):
+            out = outputs[0]
+            n = out.size
+            if n == 0:
+                return
+            (ploop if n >= PARALLEL_MIN else loop)(inputs[0].reshape(-1), out.reshape(-1))
 
     run.__qualname__ = f"ew.{entry.name}"
     return run
@@ -147,6 +179,11 @@ def _make_binary(entry, kind):
     f = f"{entry.name}_{kind}"
     loop, ploop = getattr(GEN, f + "_loop"), getattr(GEN, f + "_ploop")
     params = entry.params
+    chk = getattr(GEN, f + "_chk", None)
+    if chk is not None:
+        _, cls, msg = entry.check[kind]
+        err = getattr(errors, cls)
+    incompatible = entry.incompatible
 
     def run(inputs, outputs, attrs):
         x, y = inputs
@@ -154,13 +191,18 @@ def _make_binary(entry, kind):
         n = out.size
         if n == 0:
             return
-        p = tuple(attrs[k] for k in params)
+        if chk is not None and chk(y.reshape(-1)):
+            raise err(msg)
+        p = tuple(attrs[k] for k in params) if params else ()
         if (x.size == n or x.size == 1) and (y.size == n or y.size == 1):
             (ploop if n >= PARALLEL_MIN else loop)(
                 x.reshape(-1), y.reshape(-1), out.reshape(-1),
                 1 if x.size == n else 0, 1 if y.size == n else 0, *p)
+        elif incompatible is not None and out.ndim == 0:
+            # The shape fn found the shapes incompatible and the op asked for a scalar answer.
+            out[()] = incompatible
         else:
-            u = _ufunc(f + "", entry, x.dtype)
+            u = _ufunc(f, entry, x.dtype)
             with np.errstate(all="ignore"):
                 u(x, y, *p, out=out)
 
