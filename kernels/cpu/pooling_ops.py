@@ -149,16 +149,22 @@ def _args(g):
     return g.kh, g.kw, g.sh, g.sw, g.pt, g.pl
 
 
-def _window(x_shape, attrs, op):
+def _window(x_shape, attrs, op, dtype):
     fmt = attrs.get("data_format", "NHWC")
-    return fmt, pool_window(to_nhwc(x_shape, fmt), attrs, op)
+    g = pool_window(to_nhwc(x_shape, fmt), attrs, op)
+    # stock runs float32 pools on oneDNN; float64 pools and every MaxPoolGrad on TF's own
+    # NHWC-only kernels
+    if fmt == "NCHW" and (dtype == np.float64 or op == "MaxPoolGrad"):
+        kind = op[:3] + "Pooling" + ("Grad" if op.endswith("Grad") else "")
+        raise InvalidArgumentError(f"Default {kind}Op only supports NHWC on device type CPU")
+    return fmt, g
 
 
 @kernel("MaxPool", dtypes=FLOATS)
 def max_pool(inputs, outputs, attrs):
     x = inputs[0]
     out = outputs[0]
-    fmt, g = _window(x.shape, attrs, "MaxPool")
+    fmt, g = _window(x.shape, attrs, "MaxPool", x.dtype)
     if out.size == 0:
         return
     dst, finish = _nhwc_out(out, fmt)
@@ -170,7 +176,7 @@ def max_pool(inputs, outputs, attrs):
 def avg_pool(inputs, outputs, attrs):
     x = inputs[0]
     out = outputs[0]
-    fmt, g = _window(x.shape, attrs, "AvgPool")
+    fmt, g = _window(x.shape, attrs, "AvgPool", x.dtype)
     if out.size == 0:
         return
     dst, finish = _nhwc_out(out, fmt)
@@ -182,10 +188,7 @@ def avg_pool(inputs, outputs, attrs):
 def max_pool_grad(inputs, outputs, attrs):
     x, _, dy = inputs
     dx = outputs[0]
-    fmt, g = _window(x.shape, attrs, "MaxPoolGrad")
-    if fmt != "NHWC":
-        raise InvalidArgumentError(
-            "Default MaxPoolingGradOp only supports NHWC on device type CPU")
+    fmt, g = _window(x.shape, attrs, "MaxPoolGrad", x.dtype)
     if dx.size == 0:
         return
     if dy.size == 0:
@@ -198,10 +201,14 @@ def max_pool_grad(inputs, outputs, attrs):
 def avg_pool_grad(inputs, outputs, attrs):
     _, dy = inputs
     dx = outputs[0]
-    fmt, g = _window(dx.shape, attrs, "AvgPoolGrad")
-    if tuple(to_nhwc(dy.shape, fmt)) != (dx.shape[0], g.oh, g.ow, dx.shape[3] if fmt != "NCHW"
-                                          else dx.shape[1]):
-        raise Unsupported("grad_shape_mismatch")   # stock (oneDNN) does not check; leave it to TF
+    fmt, g = _window(dx.shape, attrs, "AvgPoolGrad", dx.dtype)
+    xs = to_nhwc(dx.shape, fmt)
+    if dy.ndim != 4 or tuple(to_nhwc(dy.shape, fmt)) != (xs[0], g.oh, g.ow, xs[3]):
+        raise Unsupported("grad_shape_mismatch")   # stock does not check this; leave it to TF
+    if dx.dtype == np.float32 and xs[0] and not xs[3]:
+        # stock float32 (oneDNN) refuses an input with no channels
+        raise InvalidArgumentError(
+            f"AvgPoolGrad: Output only has 0 elements: orig_input_shape {list(dx.shape)}")
     if dx.size == 0:
         return
     if dy.size == 0:
