@@ -5,7 +5,7 @@ import numpy as np
 
 from kernels import kernel
 from shape_fns.array_index_ops import gather_axes
-from shape_fns.errors import InvalidArgumentError
+from shape_fns.errors import InvalidArgumentError, Unsupported
 from shape_fns.strided_slice import plan
 
 _copyto = np.copyto
@@ -61,6 +61,8 @@ def pad(inputs, outputs, attrs):
 @kernel("Tile")
 def tile(inputs, outputs, attrs):
     x = inputs[0]
+    if x.dtype == np.uint16:  # stock TensorFlow has no CPU Tile for uint16: let it raise
+        raise Unsupported("dtype:uint16")
     split, src = [], []
     for k, d in zip(inputs[1].tolist(), x.shape):
         split += (k, d)
