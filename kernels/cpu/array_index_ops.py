@@ -1,12 +1,10 @@
-"""CPU kernels: index-driven array ops (Slice, StridedSlice(+Grad), Pad, Tile, GatherV2,
-UnsortedSegmentSum)."""
+"""CPU kernels: index-driven array ops (Slice, Pad/PadV2, Tile, GatherV2, UnsortedSegmentSum)."""
 import numba
 import numpy as np
 
 from kernels import kernel
 from shape_fns.array_index_ops import gather_axes
 from shape_fns.errors import InvalidArgumentError, Unsupported
-from shape_fns.strided_slice import plan
 
 _copyto = np.copyto
 _BIG = 1 << 16   # elements; above this, avoid numpy's buffered/redundant paths
@@ -18,28 +16,6 @@ def slice_(inputs, outputs, attrs):
     out = outputs[0]
     idx = tuple(slice(b, b + n) for b, n in zip(inputs[1].tolist(), out.shape))
     _copyto(out, inputs[0][idx])
-
-
-def _plan(xs, inputs, attrs):
-    g = attrs.get
-    return plan(xs, tuple(inputs[1].tolist()), tuple(inputs[2].tolist()),
-                tuple(inputs[3].tolist()), g("begin_mask", 0), g("end_mask", 0),
-                g("ellipsis_mask", 0), g("new_axis_mask", 0), g("shrink_axis_mask", 0))
-
-
-@kernel("StridedSlice")
-def strided_slice(inputs, outputs, attrs):
-    x = inputs[0]
-    sl, proc, _ = _plan(x.shape, inputs, attrs)
-    _copyto(outputs[0].reshape(proc), x[sl])
-
-
-@kernel("StridedSliceGrad")
-def strided_slice_grad(inputs, outputs, attrs):
-    out = outputs[0]
-    sl, proc, _ = _plan(out.shape, inputs, attrs)
-    out.fill(0)
-    out[sl] = inputs[4].reshape(proc)
 
 
 @kernel("Pad", "PadV2")

@@ -2,8 +2,8 @@
 
 The shape fn has validated the inputs and sized the outputs before a kernel runs; kernels
 recompute only what they need (cheap host lists) and write every output element.
-Index-driven ops (Slice, Pad, Tile, Gather, StridedSlice, segment sums) are in
-`array_index_ops.py`, imported at the end.
+Joining/splitting is in `array_concat_ops.py`, index-driven ops in `array_index_ops.py` and
+`strided_slice.py`; all are imported at the end.
 """
 import numpy as np
 
@@ -92,81 +92,6 @@ def invert_permutation(inputs, outputs, attrs):
     out[x] = np.arange(n, dtype=out.dtype)
 
 
-@kernel("ConcatV2")
-def concat_v2(inputs, outputs, attrs):
-    np.concatenate(inputs[:-1], axis=int(inputs[-1].reshape(-1)[0]), out=outputs[0])
-
-
-@kernel("ConcatOffset", type_attr=None)
-def concat_offset(inputs, outputs, attrs):
-    dim = int(inputs[0])
-    shapes = [s.tolist() for s in inputs[1:]]
-    r = len(shapes[0])
-    if not -r <= dim < r:
-        raise InvalidArgumentError(f"ConcatOffset: concat dim is out of range: {dim} vs. {r}")
-    if dim < 0:
-        dim += r
-    offset = 0
-    for k, (s, out) in enumerate(zip(shapes, outputs)):
-        if len(s) != r:
-            raise InvalidArgumentError(
-                f"ConcatOffset: input {k} should contain {r} elements, but got {len(s)}")
-        for i in range(r):
-            if i != dim and s[i] != shapes[0][i]:
-                raise InvalidArgumentError(
-                    f"ConcatOffset: all dimensions except {dim} must match. Input {k} has shape "
-                    f"{s} and doesn't match input 0 with shape {shapes[0]}")
-        out.fill(0)
-        out[dim] = offset
-        offset += s[dim]
-
-
-@kernel("Pack")
-def pack(inputs, outputs, attrs):
-    out = outputs[0]
-    axis = attrs.get("axis", 0)
-    if len(inputs) > 8:
-        np.stack(inputs, axis=axis, out=out)
-        return
-    pre = (slice(None),) * (axis + out.ndim if axis < 0 else axis)
-    for i, x in enumerate(inputs):  # cheaper than np.stack for a few inputs
-        out[pre + (i,)] = x
-
-
-@kernel("Unpack")
-def unpack(inputs, outputs, attrs):
-    x = inputs[0]
-    axis = attrs.get("axis", 0)
-    pre = (slice(None),) * (axis + x.ndim if axis < 0 else axis)
-    for i, out in enumerate(outputs):
-        _copyto(out, x[pre + (i,)])
-
-
-@kernel("Split")
-def split(inputs, outputs, attrs):
-    x = inputs[1]
-    axis = int(inputs[0])
-    axis = axis + x.ndim if axis < 0 else axis
-    n = outputs[0].shape[axis]
-    _split(x, axis, [n] * len(outputs), outputs)
-
-
-@kernel("SplitV")
-def split_v(inputs, outputs, attrs):
-    x = inputs[0]
-    axis = int(inputs[2].reshape(-1)[0])
-    axis = axis + x.ndim if axis < 0 else axis
-    _split(x, axis, [o.shape[axis] for o in outputs], outputs)
-
-
-def _split(x, axis, sizes, outputs):
-    pre = (slice(None),) * axis
-    start = 0
-    for n, out in zip(sizes, outputs):
-        _copyto(out, x[pre + (slice(start, start + n),)])
-        start += n
-
-
 @kernel("Fill")
 def fill(inputs, outputs, attrs):
     outputs[0].fill(inputs[1].reshape(-1)[0])
@@ -215,4 +140,5 @@ def broadcast_gradient_args(inputs, outputs, attrs):
     outputs[1][:] = r1
 
 
-from . import array_index_ops  # noqa: E402,F401  (registration on import)
+# Registration happens on import.
+from . import array_concat_ops, array_index_ops, strided_slice  # noqa: E402,F401
