@@ -139,7 +139,9 @@ def expand_dims(inputs, attrs):
     return [Spec(xs[:axis] + (1,) + xs[axis:], x.dtype)]
 
 
-@shape_fn("Squeeze", value_free=True)
+# Not value_free: Keras hands squeeze_dims as an (unhashable) TrackedList, which the spec
+# cache cannot key on.
+@shape_fn("Squeeze")
 def squeeze(inputs, attrs):
     x = inputs[0]
     xs = x.shape
