@@ -59,13 +59,31 @@ _{f}_s = njit(cache=True, nogil=True, inline="always", error_model="numpy")({f}_
 
 @_j
 def {f}_loop(x, y, out, sx, sy{pp}):
-    for i in range(out.size):
-        out[i] = _{f}_s(x[i * sx], y[i * sy]{pa})
+    if sx and sy:
+        for i in range(out.size):
+            out[i] = _{f}_s(x[i], y[i]{pa})
+    elif sx:
+        b = y[0]
+        for i in range(out.size):
+            out[i] = _{f}_s(x[i], b{pa})
+    else:
+        a = x[0]
+        for i in range(out.size):
+            out[i] = _{f}_s(a, y[i * sy]{pa})
 
 @_jp
 def {f}_ploop(x, y, out, sx, sy{pp}):
-    for i in prange(out.size):
-        out[i] = _{f}_s(x[i * sx], y[i * sy]{pa})
+    if sx and sy:
+        for i in prange(out.size):
+            out[i] = _{f}_s(x[i], y[i]{pa})
+    elif sx:
+        b = y[0]
+        for i in prange(out.size):
+            out[i] = _{f}_s(x[i], b{pa})
+    else:
+        a = x[0]
+        for i in prange(out.size):
+            out[i] = _{f}_s(a, y[i * sy]{pa})
 '''
 
 
@@ -155,21 +173,22 @@ def _make_unary(entry, kind):
     loop, ploop = getattr(GEN, f + "_loop"), getattr(GEN, f + "_ploop")
     params = entry.params
 
+    # ravel() is a view here: inputs and outputs are C-contiguous.
     if params:
         def run(inputs, outputs, attrs):
             out = outputs[0]
-            if out.size == 0:
+            n = out.size
+            if n == 0:
                 return
             p = tuple(attrs[k] for k in params)
-            (ploop if out.size >= PARALLEL_MIN else loop)(
-                inputs[0].reshape(-1), out.reshape(-1), *p)
+            (ploop if n >= PARALLEL_MIN else loop)(inputs[0].ravel(), out.ravel(), *p)
     else:
         def run(inputs, outputs, attrs):
             out = outputs[0]
             n = out.size
             if n == 0:
                 return
-            (ploop if n >= PARALLEL_MIN else loop)(inputs[0].reshape(-1), out.reshape(-1))
+            (ploop if n >= PARALLEL_MIN else loop)(inputs[0].ravel(), out.ravel())
 
     run.__qualname__ = f"ew.{entry.name}"
     return run
@@ -191,13 +210,13 @@ def _make_binary(entry, kind):
         n = out.size
         if n == 0:
             return
-        if chk is not None and chk(y.reshape(-1)):
+        if chk is not None and chk(y.ravel()):
             raise err(msg)
         p = tuple(attrs[k] for k in params) if params else ()
-        if (x.size == n or x.size == 1) and (y.size == n or y.size == 1):
+        xs, ys = x.size, y.size
+        if (xs == n or xs == 1) and (ys == n or ys == 1):
             (ploop if n >= PARALLEL_MIN else loop)(
-                x.reshape(-1), y.reshape(-1), out.reshape(-1),
-                1 if x.size == n else 0, 1 if y.size == n else 0, *p)
+                x.ravel(), y.ravel(), out.ravel(), xs == n, ys == n, *p)
         elif incompatible is not None and out.ndim == 0:
             # The shape fn found the shapes incompatible and the op asked for a scalar answer.
             out[()] = incompatible
