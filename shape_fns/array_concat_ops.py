@@ -1,6 +1,6 @@
 """Shape functions: joining and splitting (ConcatV2, ConcatOffset, Pack, Unpack, Split, SplitV)."""
 from .array_ops import _axis, _merge, _scalar
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, Unsupported
 from .registry import shape_fn
 from .spec import Spec, fmt_shape
 
@@ -24,6 +24,8 @@ def _concat_shape(shapes, axis, op):
 @shape_fn("ConcatV2")
 def concat_v2(inputs, attrs):
     values, a = inputs[:-1], inputs[-1]
+    if not values:  # TensorFlow's Python wrapper fails (IndexError) before any kernel
+        raise Unsupported("attr:N=0")
     if len(values) < 2:  # the OpDef minimum, which TensorFlow checks before the kernel
         raise InvalidArgumentError(f"ConcatV2: value for attr 'N' of {len(values)} must be at least 2")
     dt = values[0].dtype
@@ -83,6 +85,8 @@ def concat_offset(inputs, attrs):
 
 @shape_fn("Pack", value_free=True)
 def pack(inputs, attrs):
+    if not inputs:
+        raise Unsupported("attr:N=0")
     dt = inputs[0].dtype
     shape = None
     for v in inputs:

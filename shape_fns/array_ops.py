@@ -7,7 +7,7 @@ loading this module registers them all.
 import numpy as np
 
 from .common import unknown
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, Unsupported
 from .registry import shape_fn
 from .spec import Spec, fmt_shape
 
@@ -234,6 +234,8 @@ def shape(inputs, attrs):
 
 @shape_fn("ShapeN", value_free=True)
 def shape_n(inputs, attrs):
+    if not inputs:  # TensorFlow's Python wrapper fails (IndexError) before any kernel
+        raise Unsupported("attr:N=0")
     dt = attrs.get("out_type") or I32
     return [Spec((None if x.shape is None else len(x.shape),), dt) for x in inputs]
 
