@@ -262,3 +262,18 @@ def test_no_numpy_warnings_leak(backend, tf):
         warnings.simplefilter("error")
         x = tf.constant([1e38, -1e38, np.nan], tf.float32)
         np.asarray(x * x + x)
+
+
+def test_list_subclass_attrs_take_the_direct_path(backend, tf):
+    """Keras passes attrs as TrackedList (a list subclass): must not break caching or warn."""
+    class TrackedList(list):
+        pass
+
+    x = tf.ones((1, 3, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = tf.squeeze(x, axis=TrackedList([0, 2]))
+        y = tf.squeeze(x, axis=TrackedList([0, 2]))
+    assert y.shape == (3,)
+    s = backend.stats()["ops"]["Squeeze"]
+    assert s["backend"] == 2 and s["fallback"] == 0, s

@@ -54,12 +54,15 @@ def on_fast(ctx, op, name, args):
         flat, tensors = r
     info = dispatch.info_for(op)
     try:
-        attrs, kdef, reason = dispatch._resolve(info, flat)
+        hash(flat)
         key = flat
-    except TypeError:  # unhashable attr values (lists): resolve without the caches
+    except TypeError:  # unhashable attr values: resolve without the caches
+        key = None
+    if key is not None:
+        attrs, kdef, reason = dispatch._resolve(info, flat)
+    else:
         attrs, bad = dispatch._decode_attrs(info, flat)
         kdef, reason = (None, bad) if bad else dispatch.kernels.lookup(op, "cpu", attrs)
-        key = None
     if kdef is None:
         return BOUNCE  # the slow path records the fallback reason once
     to_numpy = tfa.to_numpy
@@ -89,7 +92,7 @@ def _general(L, args, n_in, nargs, ET):
                 return BOUNCE
         if kind == "type":
             types[k] = v
-        elif type(v) is list:
+        elif isinstance(v, list):  # also list subclasses, e.g. Keras' TrackedList
             v = tuple(v)
         flat.append(k)
         flat.append(v)
@@ -142,21 +145,36 @@ def _general(L, args, n_in, nargs, ET):
     return tuple(flat), tensors
 
 
+_INT_BOUNDS = {}
+
+
 def _convert(v, dt):
     """A Python scalar/list as a numpy array of the op's dtype, or None when TF would differ."""
     if dt is None:
         return None
+    t = type(v)
+    kind = dt.kind
+    if t is int:
+        if kind == "f":
+            return np.asarray(v, dt)
+        if kind not in "iu":
+            return None
+        lo, hi = _INT_BOUNDS.get(dt) or _INT_BOUNDS.setdefault(
+            dt, (int(np.iinfo(dt).min), int(np.iinfo(dt).max)))
+        return np.asarray(v, dt) if lo <= v <= hi else None
+    if t is float:
+        return np.asarray(v, dt) if kind == "f" else None
+    if t is bool:
+        return np.asarray(v, dt) if kind == "b" else None
     try:
         a = np.asarray(v)
     except Exception:
         return None
     k = a.dtype.kind
-    if k == "b" and dt.kind != "b" or k == "f" and dt.kind != "f" or k not in "bif":
+    if k not in "bif" or (k == "b") != (kind == "b") or (k == "f" and kind != "f"):
         return None
-    if k in "iu" and dt.kind in "iu":
+    if k == "i" and kind in "iu" and a.size:
         info = np.iinfo(dt)
-        if a.size and (a.min() < info.min or a.max() > info.max):
+        if a.min() < info.min or a.max() > info.max:
             return None
-    if k in "iu" and dt.kind == "b":
-        return None
     return a.astype(dt)
