@@ -1,0 +1,2 @@
+"""Op table: depthwise ops."""
+CASES = []

@@ -1,0 +1,2 @@
+"""Op table: einsum ops."""
+CASES = []

@@ -1,0 +1,2 @@
+"""Op table: gather scatter ops."""
+CASES = []

@@ -1,0 +1,2 @@
+"""Op table: image ops."""
+CASES = []

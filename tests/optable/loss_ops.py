@@ -1,0 +1,2 @@
+"""Op table: loss ops."""
+CASES = []

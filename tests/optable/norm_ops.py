@@ -1,0 +1,2 @@
+"""Op table: norm ops."""
+CASES = []

@@ -1,0 +1,2 @@
+"""Op table: scan ops."""
+CASES = []
