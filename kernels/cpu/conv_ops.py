@@ -19,31 +19,30 @@ COLS_MAX_BYTES = 64 << 20     # bigger im2col buffers are built and multiplied i
 
 
 def _im2col(x, cols, q0, q1, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl):
-    """Rows of cols <- input patches of output image rows q0..q1 (q = n*OH + oh)."""
+    """cols (rows, KH*KW, C) <- input patches of output image rows q0..q1 (q = n*OH + oh)."""
     H, W, C = x.shape[1], x.shape[2], x.shape[3]
     for q in prange(q0, q1):
         n = q // OH
         oh = q - n * OH
         r0 = (q - q0) * OW
         for ow in range(OW):
-            row = cols[r0 + ow]
-            j = 0
             for kh in range(KH):
                 ih = oh * sh - pt + kh * dh
                 for kw in range(KW):
                     iw = ow * sw - pl + kw * dw
+                    # a separate destination view per tap keeps the copy loop vectorisable
+                    dst = cols[r0 + ow, kh * KW + kw]
                     if 0 <= ih < H and 0 <= iw < W:
                         src = x[n, ih, iw]
                         for c in range(C):
-                            row[j + c] = src[c]
+                            dst[c] = src[c]
                     else:
                         for c in range(C):
-                            row[j + c] = 0
-                    j += C
+                            dst[c] = 0
 
 
 def _col2im(dcols, dx, n0, n1, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl):
-    """dx[n0:n1] <- sum of the patch gradients in dcols that cover each input pixel (gather)."""
+    """dx[n0:n1] <- sum of the patch gradients in dcols (rows, KH*KW, C) over each pixel's taps."""
     H, W, C = dx.shape[1], dx.shape[2], dx.shape[3]
     for p in prange((n1 - n0) * H):
         nl = p // H
@@ -61,10 +60,9 @@ def _col2im(dcols, dx, n0, n1, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl):
                     tw = iw + pl - kw * dw
                     if tw < 0 or tw % sw != 0 or tw // sw >= OW:
                         continue
-                    src = dcols[(nl * OH + oh) * OW + tw // sw]
-                    j = (kh * KW + kw) * C
+                    src = dcols[(nl * OH + oh) * OW + tw // sw, kh * KW + kw]
                     for c in range(C):
-                        d[c] += src[j + c]
+                        d[c] += src[c]
 
 
 _im2col_s = njit(cache=True, nogil=True)(_im2col)
@@ -107,11 +105,12 @@ def conv_nhwc(x, f, out, g):
     Q = N * OH
     step = min(step, Q)
     cols = np.empty((step * OW, K), x.dtype)
+    cols3 = cols.reshape(step * OW, KH * KW, C)
     im2col = _im2col_p if cols.size >= PARALLEL_MIN else _im2col_s
     for q0 in range(0, Q, step):
         q1 = min(Q, q0 + step)
         m = (q1 - q0) * OW
-        im2col(x, cols, q0, q1, OH, OW, *_geom_args(g))
+        im2col(x, cols3, q0, q1, OH, OW, *_geom_args(g))
         np.matmul(cols[:m], w2, out=o2[q0 * OW:q1 * OW])
 
 
@@ -133,7 +132,7 @@ def backprop_input_nhwc(f, dy, dx, g):
         n1 = min(N, n0 + step)
         m = (n1 - n0) * OH * OW
         np.matmul(dy2[n0 * OH * OW:n1 * OH * OW], wt, out=dcols[:m])
-        col2im(dcols, dx, n0, n1, OH, OW, *_geom_args(g))
+        col2im(dcols.reshape(-1, KH * KW, C), dx, n0, n1, OH, OW, *_geom_args(g))
 
 
 def backprop_filter_nhwc(x, dy, df, g):
@@ -150,12 +149,13 @@ def backprop_filter_nhwc(x, dy, df, g):
     Q = N * OH
     step = min(Q, max(1, COLS_MAX_BYTES // (OW * K * x.itemsize)))
     cols = np.empty((step * OW, K), x.dtype)
+    cols3 = cols.reshape(step * OW, KH * KW, C)
     im2col = _im2col_p if cols.size >= PARALLEL_MIN else _im2col_s
     part = None
     for q0 in range(0, Q, step):
         q1 = min(Q, q0 + step)
         m = (q1 - q0) * OW
-        im2col(x, cols, q0, q1, OH, OW, *_geom_args(g))
+        im2col(x, cols3, q0, q1, OH, OW, *_geom_args(g))
         if q0 == 0:
             np.matmul(cols[:m].T, dy2[:m], out=df2)
         else:
