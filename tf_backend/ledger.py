@@ -60,6 +60,7 @@ def error(op):
 def reset():
     with _lock:
         _ops.clear()
+        _functions.clear()
 
 
 def snapshot():
@@ -69,7 +70,9 @@ def snapshot():
                for op, s in sorted(_ops.items())}
     backend_calls = sum(o["backend"] for o in ops.values())
     fallback_calls = sum(o["fallback"] for o in ops.values())
-    return {"ops": ops,
+    with _lock:
+        functions = {k: dict(v) for k, v in sorted(_functions.items())}
+    return {"ops": ops, "functions": functions,
             "totals": {"backend": backend_calls, "fallback": fallback_calls,
                        "coverage": backend_calls / max(1, backend_calls + fallback_calls)}}
 
@@ -94,3 +97,22 @@ def write_report(path, stats):
     else:
         with open(path, "w") as f:
             json.dump(stats, f, indent=1, sort_keys=True)
+
+
+# --- functions (programs) ---------------------------------------------------------------
+_functions = {}
+
+
+def function_compiled(name, summary, reason, seconds):
+    with _lock:
+        f = _functions.setdefault(name, {"calls": 0, "fallback_calls": 0})
+        f.update({"compiled": reason is None, "reason": reason,
+                  "compile_seconds": round(seconds, 6)})
+        if summary:
+            f.update(summary)
+
+
+def function_called(name, fallback):
+    with _lock:
+        f = _functions.setdefault(name, {"calls": 0, "fallback_calls": 0})
+        f["fallback_calls" if fallback else "calls"] += 1

@@ -4,7 +4,7 @@ import contextlib
 import os
 import threading
 
-from . import config, dispatch, fastpath, ledger, tf_adapter as tfa
+from . import config, dispatch, fastpath, functions, ledger, tf_adapter as tfa
 
 _lock = threading.RLock()
 _report_registered = False
@@ -26,6 +26,7 @@ def enable(mode="on", force=False):
         dispatch.mode = mode
         tfa.install(dispatch.owned, fastpath.on_fast, dispatch.on_fast_passthrough, dispatch.on_fast_uncount,
                     dispatch.on_slow)
+        tfa.install_function_hook(functions.on_call)
         _register_report()
         return True
 
@@ -34,6 +35,7 @@ def disable():
     with _lock:
         dispatch.mode = "off"
         tfa.uninstall()
+        tfa.uninstall_function_hook()
 
 
 def mode():

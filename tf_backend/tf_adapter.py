@@ -297,3 +297,139 @@ def record_gradient(op_name, inputs, flat_attrs, outputs):
 def eager_tensor_type():
     from tensorflow.python.framework import ops
     return ops.EagerTensor
+
+
+# --- tf.function interception (DESIGN.md §4) ---------------------------------------------
+
+_fn_installed = None   # (AtomicFunction class, original call_flat)
+
+
+def install_function_hook(on_call):
+    """Patch AtomicFunction.call_flat. on_call(atomic_fn, args) returns the flat outputs, or
+    None to let TensorFlow run the function. Tracing (non-eager) and XLA calls never reach it."""
+    global _fn_installed
+    with _lock:
+        if _fn_installed is not None:
+            return
+        from tensorflow.python.eager.polymorphic_function import atomic_function
+        cls = atomic_function.AtomicFunction
+        orig = cls.call_flat
+
+        def call_flat(self, *args):
+            if self._bound_context.executing_eagerly() and not _xla_marked(self):
+                out = on_call(self, args)
+                if out is not None:
+                    return out
+            return orig(self, *args)
+
+        call_flat.__wrapped__ = orig
+        cls.call_flat = call_flat
+        _fn_installed = (cls, orig)
+
+
+def uninstall_function_hook():
+    global _fn_installed
+    with _lock:
+        if _fn_installed is not None:
+            cls, orig = _fn_installed
+            cls.call_flat = orig
+            _fn_installed = None
+
+
+def _xla_marked(atomic_fn):
+    av = atomic_fn.cached_definition.attr.get("_XlaMustCompile")
+    return bool(av is not None and av.b)
+
+
+def atomic_fn_info(atomic_fn):
+    """(name, FuncGraph) of an AtomicFunction."""
+    name = atomic_fn.name
+    return (name.decode() if isinstance(name, bytes) else name), atomic_fn.graph
+
+
+def function_graph(name, outer_graph=None):
+    """The FuncGraph of a library function (If/While branches, nested calls)."""
+    from tensorflow.python.framework import function_def_to_graph
+    if outer_graph is not None:
+        g = outer_graph
+        while g is not None:
+            f = getattr(g, "_functions", {}).get(name)
+            if f is not None and getattr(f, "graph", None) is not None:
+                return f.graph
+            g = getattr(g, "outer_graph", None)
+    fdef = ctx().get_function_def(name)
+    return function_def_to_graph.function_def_to_graph(fdef)
+
+
+def op_traceback_line(op):
+    """'file:line in fn' of the user frame that created a graph op, or ''."""
+    try:
+        tb = op.traceback
+    except Exception:
+        return ""
+    if not tb:
+        return ""
+    for frame in reversed(list(tb)):
+        fname = frame.filename
+        if "/tensorflow/" not in fname and "/keras/" not in fname and "/tf_backend/" not in fname:
+            return f'File "{fname}", line {frame.lineno}, in {frame.name}'
+    f = list(tb)[-1]
+    return f'File "{f.filename}", line {f.lineno}, in {f.name}'
+
+
+def raw_attrs(op):
+    """Flat (name, value, ...) attrs of a graph op in the form TFE_Py_Execute accepts."""
+    flat = []
+    for a in op.op_def.attr:
+        try:
+            v = op.get_attr(a.name)
+        except ValueError:
+            continue
+        if a.type == "type":
+            v = v.as_datatype_enum
+        elif a.type == "list(type)":
+            v = [t.as_datatype_enum for t in v]
+        elif a.type == "shape":
+            v = None if v.rank is None else v.as_list()
+        elif a.type == "list(shape)":
+            v = [None if s.rank is None else s.as_list() for s in v]
+        elif a.type == "func":
+            v = v.name
+        flat.append(a.name)
+        flat.append(v)
+    return tuple(flat)
+
+
+def execute_stock(op_type, inputs, flat_attrs, num_outputs):
+    """Run one op on TensorFlow's own kernel (bypassing our hooks); inputs are EagerTensors."""
+    from tensorflow.python import pywrap_tfe
+    from tensorflow.python.eager import core
+    fn = _installed[2] if _installed is not None else pywrap_tfe.TFE_Py_Execute
+    c = ctx()
+    c.ensure_initialized()
+    try:
+        return fn(c._handle, None, op_type, inputs, flat_attrs, num_outputs)
+    except core._NotOkStatusException as e:
+        raise core._status_to_exception(e) from None
+
+
+def const_value(op):
+    """numpy value of a Const op (object arrays for strings)."""
+    from tensorflow.python.framework import tensor_util
+    return tensor_util.MakeNdarray(op.get_attr("value"))
+
+
+def is_eager_tensor(v):
+    return type(v) is eager_tensor_type()
+
+
+def dtype_enum_of_graph_tensor(t):
+    return t.dtype.as_datatype_enum
+
+
+def make_tensor_any(arr):
+    """An EagerTensor from any numpy array (non-contiguous, object/string arrays included)."""
+    if arr.dtype in DTYPE_TO_ENUM:
+        return make_tensor(np.ascontiguousarray(arr))
+    import tensorflow as tf
+    return tf.constant(arr)

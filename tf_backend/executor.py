@@ -1,0 +1,269 @@
+"""The executor: runs a Program with per-node dependency counters on a small thread pool.
+
+Results are values or errors (`Failed`): a failing node poisons its dependents, which are
+skipped; independent work goes on; the caller gets the first error. A finishing node continues
+inline with its cheap ready successors; heavy ready nodes go to the pool, where they run
+concurrently (numba kernels and BLAS release the GIL). The calling thread works on its own run
+too, so a run always makes progress whatever the pool is doing. Sub-programs (If/While/Case
+bodies) run serially on the thread that reached them. Eager ops use `run_kernel` directly: one
+kernel-invocation path for eager dispatch and programs.
+"""
+import os
+import queue
+import threading
+
+import numpy as np
+
+from shape_fns import Spec, Unsupported
+
+from . import alloc, tf_adapter as tfa
+
+_DONE = object()
+
+
+class Failed:
+    """An error as a value: the exception and the node that raised it."""
+
+    __slots__ = ("exc", "node")
+
+    def __init__(self, exc, node):
+        self.exc, self.node = exc, node
+
+
+def run_kernel(kdef, shape_fn, arrays, attrs, out_specs=None):
+    """Shape fn (unless static specs are given) -> aligned outputs -> kernel. Returns outputs."""
+    if out_specs is None:
+        out_specs = shape_fn([Spec(a.shape, a.dtype, a) for a in arrays], attrs)
+    outs = [alloc.empty(s.shape, s.dtype) for s in out_specs]
+    kdef.fn(arrays, outs, attrs)
+    return outs
+
+
+def as_numpy(v):
+    return v if type(v) is np.ndarray else tfa.to_numpy(v)
+
+
+def as_tensor(v):
+    if type(v) is np.ndarray:
+        return tfa.make_tensor_any(v)
+    return v
+
+
+def truthy(v):
+    """TensorFlow's If/While condition rule: scalars by value, other tensors by non-emptiness."""
+    a = as_numpy(v)
+    if a.ndim == 0:
+        return bool(a)
+    return a.size > 0
+
+
+class Pool:
+    """Worker threads that help runs with queued heavy nodes."""
+
+    def __init__(self, size):
+        self.size = size
+        self._q = queue.SimpleQueue()
+        self._threads = []
+        self._lock = threading.Lock()
+
+    def _ensure(self):
+        if len(self._threads) < self.size:
+            with self._lock:
+                while len(self._threads) < self.size:
+                    t = threading.Thread(target=self._worker, daemon=True,
+                                         name=f"tf_backend-exec-{len(self._threads)}")
+                    t.start()
+                    self._threads.append(t)
+
+    def wake(self, run):
+        self._ensure()
+        self._q.put(run)
+
+    def _worker(self):
+        try:  # one numba thread per worker: workers run concurrently with the caller
+            import numba
+            numba.set_num_threads(1)
+        except Exception:
+            pass
+        while True:
+            r = self._q.get()
+            try:
+                item = r.q.get_nowait()
+            except queue.Empty:
+                continue
+            if item is _DONE:
+                r.q.put(_DONE)
+                continue
+            r.work(item)
+
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def default_threads():
+    v = os.environ.get("TF_BACKEND_THREADS")
+    if v:
+        return max(1, int(v))
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def pool():
+    global _pool
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                _pool = Pool(default_threads() - 1)
+    return _pool
+
+
+def set_threads(n):
+    """Use n threads in total (the caller plus n-1 workers); 1 = fully serial."""
+    global _pool
+    with _pool_lock:
+        _pool = Pool(max(0, int(n) - 1))
+
+
+class _Run:
+    __slots__ = ("prog", "vals", "counts", "lock", "remaining", "q", "failed", "pool")
+
+    def __init__(self, prog, vals, pool):
+        self.prog, self.vals, self.pool = prog, vals, pool
+        self.counts = list(prog.dep_counts)
+        self.lock = threading.Lock()
+        self.remaining = len(prog.nodes)
+        self.q = queue.SimpleQueue()
+        self.failed = {}
+
+    def work(self, nid):
+        nodes, succs = self.prog.nodes, self.prog.succs
+        local = [nid]
+        while local:
+            n = local.pop()
+            step(nodes[n], self.vals, self.failed)
+            ready = []
+            with self.lock:
+                for s in succs[n]:
+                    self.counts[s] -= 1
+                    if self.counts[s] == 0:
+                        ready.append(s)
+                self.remaining -= 1
+                finished = self.remaining == 0
+            if finished:
+                self.q.put(_DONE)
+            heavy = []
+            for s in ready:
+                (heavy if nodes[s].heavy else local).append(s)
+            if heavy:
+                if not local:
+                    local.append(heavy.pop())
+                for s in heavy:
+                    self.q.put(s)
+                    self.pool.wake(self)
+
+
+def run(prog, args, threads_pool=None, serial=False):
+    """Run a program on its inputs; returns output values (numpy arrays or tensors)."""
+    vals = [None] * prog.n_slots
+    for s, a in zip(prog.inputs, args):
+        vals[s] = a
+    for s, v in prog.consts.items():
+        vals[s] = v
+    p = threads_pool if threads_pool is not None else pool()
+    failed = {}
+    if serial or p.size == 0 or len(prog.nodes) < 2 or not any(n.heavy for n in prog.nodes):
+        for n in prog.nodes:
+            step(n, vals, failed)
+    else:
+        r = _Run(prog, vals, p)
+        failed = r.failed
+        roots = [i for i, c in enumerate(r.counts) if c == 0]
+        if not roots:
+            r.q.put(_DONE)
+        else:
+            for i in roots[1:]:
+                r.q.put(i)
+                if prog.nodes[i].heavy:
+                    p.wake(r)
+            r.work(roots[0])
+            while True:
+                item = r.q.get()
+                if item is _DONE:
+                    break
+                r.work(item)
+    if failed:
+        raise _Raise(min(failed.values(), key=lambda f: f.node.id))
+    return [vals[s] for s in prog.outputs]
+
+
+class _Raise(Exception):
+    """Carries the first Failed out of `run`; functions.py turns it into the TF exception."""
+
+    def __init__(self, failed):
+        super().__init__(str(failed.exc))
+        self.failed = failed
+
+
+def step(node, vals, failed):
+    """Run one node into vals, or record its failure (and skip it when an input failed)."""
+    for s in node.inputs:
+        v = vals[s]
+        if type(v) is Failed:
+            _poison(node, vals, failed, v)
+            return
+    for c in node.ctrl:
+        if c.id in failed:
+            _poison(node, vals, failed, failed[c.id])
+            return
+    try:
+        outs = execute(node, vals)
+    except _Raise as e:  # a failure inside a sub-program
+        _poison(node, vals, failed, e.failed)
+        return
+    except Exception as e:  # noqa: BLE001 - errors are values
+        _poison(node, vals, failed, Failed(e, node))
+        return
+    if outs is not None:
+        for s, v in zip(node.outputs, outs):
+            vals[s] = v
+
+
+def _poison(node, vals, failed, f):
+    failed.setdefault(node.id, f)
+    for s in node.outputs:
+        vals[s] = f
+
+
+def execute(node, vals):
+    kind = node.kind
+    if kind == "kernel" or kind == "fused":
+        arrays = [as_numpy(vals[s]) for s in node.inputs]
+        try:
+            return run_kernel(node.kdef, node.shape_fn, arrays, node.attrs, node.out_specs)
+        except Unsupported:
+            return run_stock(node, vals)
+    if kind == "stock":
+        return run_stock(node, vals)
+    if kind == "alias":
+        return [vals[s] for s in node.inputs]
+    if kind == "noop":
+        return None
+    if kind == "if":
+        sub = node.subs[0] if truthy(vals[node.inputs[0]]) else node.subs[1]
+        return run(sub, [vals[s] for s in node.inputs[1:]], serial=True)
+    if kind == "case":
+        i = int(as_numpy(vals[node.inputs[0]]))
+        sub = node.subs[i] if 0 <= i < len(node.subs) else node.subs[-1]
+        return run(sub, [vals[s] for s in node.inputs[1:]], serial=True)
+    if kind == "while":
+        cond, body = node.subs
+        loop = [vals[s] for s in node.inputs]
+        while truthy(run(cond, loop, serial=True)[0]):
+            loop = run(body, loop, serial=True)
+        return loop
+    raise NotImplementedError(kind)
+
+
+def run_stock(node, vals):
+    ins = [as_tensor(vals[s]) for s in node.inputs]
+    return tfa.execute_stock(node.op, ins, node.raw_attrs, len(node.outputs))

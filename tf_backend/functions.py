@@ -1,0 +1,117 @@
+"""tf.function calls on our runtime: compile each function once to a program, run it on the
+executor, and hand back EagerTensors. Called from the AtomicFunction.call_flat hook."""
+import os
+import threading
+import time
+
+import numpy as np
+
+from shape_fns import BackendError, describe, Spec
+
+from . import dispatch, executor, ledger, tf_adapter as tfa
+from .program import lower, passes
+
+_cache = {}
+_lock = threading.Lock()
+
+
+class Compiled:
+    __slots__ = ("name", "program", "reason", "const_outputs")
+
+    def __init__(self, name, program=None, reason=None):
+        self.name, self.program, self.reason = name, program, reason
+        self.const_outputs = set()
+
+
+def compile_function(name, graph):
+    """Lower + optimise; returns Compiled (program or whole-function fallback reason)."""
+    t0 = time.perf_counter()
+    try:
+        prog = lower.lower(graph, name)
+    except lower.Unlowerable as e:
+        c = Compiled(name, reason=e.reason)
+        ledger.function_compiled(name, None, e.reason, time.perf_counter() - t0)
+        return c
+    _dump(prog, "before")
+    passes.optimize(prog)
+    _dump(prog, "after")
+    c = Compiled(name, prog)
+    c.const_outputs = {i for i, s in enumerate(prog.outputs) if s in prog.consts}
+    ledger.function_compiled(name, _node_summary(prog), None, time.perf_counter() - t0)
+    return c
+
+
+def _node_summary(prog):
+    kernels, stock = {}, {}
+
+    def walk(p):
+        for n in p.nodes:
+            if n.kind in ("kernel", "fused"):
+                kernels[n.op] = kernels.get(n.op, 0) + 1
+            elif n.kind == "stock":
+                key = f"{n.op}:{n.reason}"
+                stock[key] = stock.get(key, 0) + 1
+            for sub in n.subs:
+                walk(sub)
+    walk(prog)
+    return {"kernel_nodes": kernels, "fallback_nodes": stock, "fusions": prog.fusions}
+
+
+def _dump(prog, stage):
+    d = os.environ.get("TF_BACKEND_DUMP")
+    if not d:
+        return
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"{prog.name}.{stage}.txt"), "w") as f:
+        f.write(prog.dump() + "\n")
+
+
+def on_call(atomic_fn, args):
+    if dispatch.mode == "off":
+        return None
+    name, graph = tfa.atomic_fn_info(atomic_fn)
+    c = _cache.get(name)
+    if c is None:
+        with _lock:
+            c = _cache.get(name)
+            if c is None:
+                c = _cache[name] = compile_function(name, graph)
+    if c.program is None:
+        ledger.function_called(name, fallback=True)
+        if dispatch.mode == "strict":
+            raise tfa.tf_error(f"tf_backend strict mode: function {name} fell back to "
+                               f"TensorFlow ({c.reason})", 12)
+        return None
+    try:
+        outs = executor.run(c.program, args)
+    except executor._Raise as e:
+        raise _to_tf_error(e.failed, name) from None
+    ledger.function_called(name, fallback=False)
+    result = []
+    for i, v in enumerate(outs):
+        if type(v) is np.ndarray:
+            if i in c.const_outputs or not v.flags.writeable:
+                v = np.array(v)   # never hand TensorFlow a buffer we keep
+            v = tfa.make_tensor_any(v)
+        result.append(v)
+    return result
+
+
+def _to_tf_error(failed, fn_name):
+    """The stock exception class, naming node, op type, input shapes and the user's line."""
+    node, exc = failed.node, failed.exc
+    where = f" defined at {node.where}" if node.where else ""
+    if isinstance(exc, BackendError):
+        code, msg = exc.code, exc.message
+    elif hasattr(exc, "error_code"):
+        code, msg = exc.error_code, getattr(exc, "message", str(exc))
+    else:
+        code, msg = 13, f"{type(exc).__name__}: {exc}"
+    text = (f"Graph execution error:\n\nDetected at node '{node.name}' (op {node.op}){where}\n"
+            f"{msg}\n\t [[{{{{node {node.name}}}}}]] [Op:{fn_name}]")
+    return tfa.tf_error(text, code)
+
+
+def clear_cache():
+    with _lock:
+        _cache.clear()

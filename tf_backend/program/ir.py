@@ -1,0 +1,119 @@
+"""The program IR: a flat, typed node list over value slots, with dependency counts.
+
+TensorFlow-free. A slot holds one value at run time (numpy array or TensorFlow tensor).
+Node kinds:
+  kernel  our kernel (kdef, shape fn, canonical attrs)
+  stock   TensorFlow's kernel for this node (per-node fallback; stateful ops in program order)
+  alias   output slot = input slot (Identity and friends; removed by the identity pass)
+  noop    no data; only orders its control successors
+  if / while / case   control flow over sub-programs
+  fused   a generated kernel for an elementwise chain (fusion pass)
+"""
+from shape_fns.spec import fmt_shape
+
+
+class Node:
+    # ctrl: Node objects this node must run after (control edges)
+    __slots__ = ("id", "name", "op", "kind", "inputs", "outputs", "ctrl", "attrs", "raw_attrs",
+                 "kdef", "shape_fn", "value_free", "subs", "where", "reason", "out_specs",
+                 "heavy", "fused_ops", "fn", "stateful")
+
+    def __init__(self, name, op, kind, inputs, outputs, ctrl=(), attrs=None, raw_attrs=(),
+                 where=""):
+        self.id = -1
+        self.name, self.op, self.kind = name, op, kind
+        self.inputs, self.outputs, self.ctrl = list(inputs), list(outputs), list(ctrl)
+        self.attrs = attrs or {}
+        self.raw_attrs = raw_attrs
+        self.kdef = self.shape_fn = None
+        self.value_free = False
+        self.subs = ()
+        self.where = where
+        self.reason = None
+        self.out_specs = None
+        self.heavy = False
+        self.fused_ops = ()
+        self.fn = None
+        self.stateful = False
+
+
+class Program:
+    """Nodes in a valid execution order; slots 0..n_slots-1; inputs/outputs are slot ids."""
+
+    def __init__(self, name):
+        self.name = name
+        self.nodes = []
+        self.n_slots = 0
+        self.inputs = []
+        self.outputs = []
+        self.consts = {}        # slot -> host value known at compile time
+        self.slot_specs = {}    # slot -> shape_fns.Spec (static; may have unknown dims)
+        self.slot_names = {}    # slot -> "node:idx" for dumps and errors
+        self.notes = []         # pass log: what each pass did
+        self.fusions = 0
+        # filled by finalize()
+        self.succs = self.dep_counts = self.producer = None
+
+    def new_slot(self, name=""):
+        s = self.n_slots
+        self.n_slots += 1
+        if name:
+            self.slot_names[s] = name
+        return s
+
+    def add(self, node):
+        node.id = len(self.nodes)
+        self.nodes.append(node)
+        return node
+
+    def finalize(self):
+        """Renumber nodes and compute producers, successor lists and dependency counts."""
+        for i, n in enumerate(self.nodes):
+            n.id = i
+        self.producer = {}
+        for n in self.nodes:
+            for s in n.outputs:
+                self.producer[s] = n.id
+        self.succs = [[] for _ in self.nodes]
+        self.dep_counts = [0] * len(self.nodes)
+        alive = {id(n) for n in self.nodes}
+        for n in self.nodes:
+            n.ctrl = [c for c in n.ctrl if id(c) in alive]   # edges to removed nodes go
+            preds = {self.producer[s] for s in n.inputs if s in self.producer}
+            preds |= {c.id for c in n.ctrl}
+            preds.discard(n.id)
+            for p in preds:
+                self.succs[p].append(n.id)
+            self.dep_counts[n.id] = len(preds)
+        return self
+
+    def dump(self):
+        """Readable text form (TF_BACKEND_DUMP)."""
+        def slot(s):
+            spec = self.slot_specs.get(s)
+            t = f"{spec.dtype.name}{fmt_shape(spec.shape)}" if spec is not None else "?"
+            c = "=const" if s in self.consts else ""
+            return f"%{s}:{t}{c}"
+
+        lines = [f"program {self.name}  ({len(self.nodes)} nodes, {self.n_slots} slots)",
+                 "  inputs: " + ", ".join(slot(s) for s in self.inputs)]
+        for n in self.nodes:
+            extra = []
+            if n.kind == "kernel" and n.kdef is not None:
+                extra.append(n.kdef.name)
+            if n.kind == "stock" and n.reason:
+                extra.append(f"fallback:{n.reason}")
+            if n.fused_ops:
+                extra.append("fused[" + " -> ".join(n.fused_ops) + "]")
+            if n.ctrl:
+                extra.append("after " + ",".join(f"#{c.id}" for c in n.ctrl))
+            outs = ", ".join(slot(s) for s in n.outputs) or "-"
+            ins = ", ".join(f"%{s}" for s in n.inputs)
+            lines.append(f"  #{n.id:<3} {outs} = {n.kind}:{n.op}({ins})  "
+                         f"[{n.name}] {' '.join(extra)}".rstrip())
+            for i, sub in enumerate(n.subs):
+                lines.extend("      " + l for l in sub.dump().splitlines())
+        lines.append("  outputs: " + ", ".join(f"%{s}" for s in self.outputs))
+        for note in self.notes:
+            lines.append(f"  # {note}")
+        return "\n".join(lines)

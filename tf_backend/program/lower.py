@@ -1,0 +1,174 @@
+"""Lower a FuncGraph (and the library functions it calls) to a Program.
+
+Function calls are inlined; If/While/Case become control-flow nodes over sub-programs. Each op
+becomes a `kernel` node when we own it with these attrs, else a `stock` node (TensorFlow's
+kernel, run in program order). Identity-like ops become `alias` nodes for the identity pass.
+"""
+import numpy as np
+
+import kernels
+from shape_fns import Spec
+
+from .. import dispatch, tf_adapter as tfa
+from .ir import Node, Program
+
+CALL_OPS = {"PartitionedCall", "StatefulPartitionedCall"}
+IF_OPS = {"If", "StatelessIf"}
+WHILE_OPS = {"While", "StatelessWhile"}
+CASE_OPS = {"Case", "StatelessCase"}
+ALIAS_OPS = {"Identity", "StopGradient", "Snapshot", "PreventGradient", "EnsureShape_disabled"}
+NOOP_OPS = {"NoOp"}
+MAX_INLINE_DEPTH = 32
+
+
+class Unlowerable(Exception):
+    """The whole function must run on TensorFlow; `reason` goes into the ledger."""
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def lower(graph, name):
+    prog = Program(name)
+    env = {}
+    for t in graph.inputs:
+        s = prog.new_slot(t.name)
+        env[t.ref()] = s
+        prog.inputs.append(s)
+        prog.slot_specs[s] = _spec(t)
+    _lower_ops(prog, graph, env, ctrl_prefix=(), depth=0)
+    for t in graph.outputs:
+        prog.outputs.append(env[t.ref()])
+    return prog.finalize()
+
+
+def _spec(t):
+    shape = None if t.shape.rank is None else tuple(t.shape.as_list())
+    dt = t.dtype.as_numpy_dtype if t.dtype.is_numpy_compatible else np.object_
+    try:
+        return Spec(shape, dt)
+    except TypeError:
+        return Spec(shape, np.object_)
+
+
+def _lower_ops(prog, graph, env, ctrl_prefix, depth):
+    """Append nodes for graph's ops; env maps graph tensors (refs) to slots.
+
+    ctrl_prefix: node ids every root node here must wait for (the control inputs of an inlined
+    call). Returns the nodes added, so a caller can order after them.
+    """
+    op_node = {}        # graph op name -> Node (for control edges)
+    added = []
+    inputs = {t.ref() for t in graph.inputs}
+    for op in graph.get_operations():
+        if op.type == "Placeholder" and all(o.ref() in inputs for o in op.outputs):
+            continue
+        if op.device and "GPU" in op.device.upper():
+            raise Unlowerable("device_placement")
+        ins = []
+        for t in op.inputs:
+            if t.ref() not in env:
+                raise Unlowerable(f"unbound_input:{t.name}")
+            ins.append(env[t.ref()])
+        ctrl = [op_node[c.name] for c in op.control_inputs if c.name in op_node]
+        ctrl += list(ctrl_prefix) if not op.inputs and not op.control_inputs else []
+        where = tfa.op_traceback_line(op)
+        if op.type in CALL_OPS:
+            nodes = _inline_call(prog, graph, op, ins, ctrl, env, depth)
+            added.extend(nodes)
+            if nodes:
+                op_node[op.name] = _barrier(prog, op, nodes, added)
+            continue
+        outs = [prog.new_slot(o.name) for o in op.outputs]
+        for o, s in zip(op.outputs, outs):
+            env[o.ref()] = s
+            prog.slot_specs[s] = _spec(o)
+        node = _make_node(prog, graph, op, ins, outs, ctrl, where, depth)
+        if node is None:  # a constant: its value lives in prog.consts
+            continue
+        prog.add(node)
+        op_node[op.name] = node
+        added.append(node)
+    return added
+
+
+def _barrier(prog, op, nodes, added):
+    """A noop standing for an inlined call, so control edges on the call still order things."""
+    n = prog.add(Node(op.name, "NoOp", "noop", [], [], ctrl=list(nodes)))
+    added.append(n)
+    return n
+
+
+def _inline_call(prog, graph, op, ins, ctrl, env, depth):
+    if depth >= MAX_INLINE_DEPTH:
+        raise Unlowerable("call_depth")
+    fname = op.get_attr("f").name
+    callee = tfa.function_graph(fname, graph)
+    sub_env = {}
+    for t, s in zip(callee.inputs, ins):
+        sub_env[t.ref()] = s
+    if ctrl:
+        gate = prog.add(Node(op.name + "/ctrl", "NoOp", "noop", [], [], ctrl=list(ctrl)))
+        prefix = (gate,)
+    else:
+        gate, prefix = None, ()
+    nodes = _lower_ops(prog, callee, sub_env, prefix, depth + 1)
+    for o, t in zip(op.outputs, callee.outputs):
+        env[o.ref()] = sub_env[t.ref()]
+    return ([gate] if gate else []) + nodes
+
+
+def _make_node(prog, graph, op, ins, outs, ctrl, where, depth):
+    t = op.type
+    if t == "Const":
+        prog.consts[outs[0]] = tfa.const_value(op)
+        return None
+    if t in ALIAS_OPS or t == "IdentityN":
+        return Node(op.name, t, "alias", ins, outs, ctrl=ctrl, where=where)
+    if t in NOOP_OPS:
+        return Node(op.name, t, "noop", [], [], ctrl=ctrl, where=where)
+    if t in IF_OPS or t in WHILE_OPS or t in CASE_OPS:
+        return _control_flow(graph, op, ins, outs, ctrl, where, depth)
+    node = Node(op.name, t, "stock", ins, outs, ctrl=ctrl, where=where)
+    node.raw_attrs = tfa.raw_attrs(op)
+    info = dispatch.info_for(t)
+    node.stateful = bool(op.op_def.is_stateful)
+    if info is None:
+        node.reason = "not_an_op"
+        return node
+    if info.reason is not None:
+        node.reason = info.reason
+        return node
+    attrs = tfa.graph_op_attrs(op)
+    if any(v is None for k, v in attrs.items() if k in info.type_attrs):
+        node.reason = "dtype:unsupported"
+        return node
+    kdef, reason = kernels.lookup(t, "cpu", attrs)
+    if kdef is None:
+        node.reason = reason
+        return node
+    node.kind, node.kdef, node.attrs = "kernel", kdef, attrs
+    node.shape_fn, node.value_free = info.shape_fn, info.value_free
+    return node
+
+
+def _control_flow(graph, op, ins, outs, ctrl, where, depth):
+    t = op.type
+    if t in IF_OPS:
+        names = [op.get_attr("then_branch").name, op.get_attr("else_branch").name]
+        kind = "if"
+    elif t in WHILE_OPS:
+        names = [op.get_attr("cond").name, op.get_attr("body").name]
+        kind = "while"
+    else:
+        names = [f.name for f in op.get_attr("branches")]
+        kind = "case"
+    subs = []
+    for n in names:
+        g = tfa.function_graph(n, graph)
+        subs.append(lower(g, n))
+    node = Node(op.name, t, kind, ins, outs, ctrl=ctrl, where=where)
+    node.subs = tuple(subs)
+    node.stateful = bool(op.op_def.is_stateful)
+    return node
