@@ -35,7 +35,9 @@ def to_nhwc(shape, data_format):
 
 
 def from_nhwc(dims, data_format):
-    return tuple(dims) if nhwc_axes(data_format) == (0, 1, 2, 3) else (dims[0], dims[3], dims[1], dims[2])
+    if nhwc_axes(data_format) == (0, 1, 2, 3):
+        return tuple(dims)
+    return dims[0], dims[3], dims[1], dims[2]
 
 
 def output_size(size, k, stride, dilation, padding, before=0, after=0):
@@ -68,7 +70,8 @@ def spatial_attr(attrs, name, data_format, what, default=1):
         raise InvalidArgumentError(f"Sliding window {name} field must specify 4 dimensions")
     n, h, w, c = nhwc_axes(data_format)
     if v[n] != 1 or v[c] != 1:
-        msg = f"Current implementation does not yet support {what} in the batch and depth dimensions."
+        msg = (f"Current implementation does not yet support {what} in the batch and depth "
+               "dimensions.")
         raise UnimplementedError(msg) if name == "strides" else InvalidArgumentError(msg)
     if v[h] <= 0 or v[w] <= 0:
         raise InvalidArgumentError(f"{name} must be > 0, but got {v}")

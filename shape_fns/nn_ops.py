@@ -2,7 +2,8 @@
 conv_ops.py and pooling_ops.py."""
 import numpy as np
 
-from . import conv_ops, pooling_ops  # noqa: F401  (registration; also listed in MODULES later)
+# registration of the split-off families until MODULES lists them
+from . import conv_ops, pooling_ops  # noqa: F401
 from .common import same_dtype
 from .errors import InvalidArgumentError, Unsupported
 from .registry import shape_fn
@@ -21,7 +22,8 @@ def channel_axis(rank, data_format):
 
 def _at_least_2d(spec, op):
     if spec.shape is not None and len(spec.shape) < 2:
-        raise InvalidArgumentError(f"{op}: Input tensor must be at least 2D: {fmt_shape(spec.shape)}")
+        raise InvalidArgumentError(
+            f"{op}: Input tensor must be at least 2D: {fmt_shape(spec.shape)}")
 
 
 @shape_fn("BiasAdd", value_free=True)

@@ -84,7 +84,8 @@ def _expect(spec, shape, what, op):
     if any(a is not None and b is not None and a != b for a, b in zip(spec.shape, shape)) or \
             len(spec.shape) != len(shape):
         raise InvalidArgumentError(
-            f"{op}: Expected {what} shape to be {fmt_shape(shape)}, but got {fmt_shape(spec.shape)}")
+            f"{op}: Expected {what} shape to be {fmt_shape(shape)}, but got "
+            f"{fmt_shape(spec.shape)}")
 
 
 @shape_fn("MaxPoolGrad", value_free=True)

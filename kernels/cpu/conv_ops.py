@@ -2,10 +2,12 @@
 
 All three work in NHWC; NCHW inputs are transposed in and out. Stock TF runs float32 on oneDNN
 and float64 (and float32 backprops with explicit padding) on its reference kernels, which accept
-less (NHWC only, no dilated backprops); we raise what each raises. Inputs whose stock float32 result is not a plain convolution (empty
-tensors, zero-sized outputs) and mismatched backprop shapes or grouped convolutions go back to
-TensorFlow.
+less (NHWC only, no dilated backprops); we raise what each raises. Empty float32 inputs and
+outputs (stock oneDNN returns odd results), mismatched backprop shapes and grouped convolutions
+go back to TensorFlow.
 """
+import threading
+
 import numpy as np
 from numba import njit, prange
 
@@ -15,7 +17,18 @@ from shape_fns.conv_ops import conv_geometry, nhwc_axes, to_nhwc
 
 FLOATS = (np.float32, np.float64)
 PARALLEL_MIN = 1 << 17        # elements of the im2col buffer; below this one thread is faster
-COLS_MAX_BYTES = 64 << 20     # bigger im2col buffers are built and multiplied in chunks
+COLS_MAX_BYTES = 32 << 20     # bigger im2col buffers are built and multiplied in chunks
+_tls = threading.local()
+
+
+def _scratch(shape, dtype):
+    """A per-thread reused buffer: a fresh multi-MB allocation costs a page fault per 4 KiB,
+    which was a third of a ResNet-sized convolution."""
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = getattr(_tls, "buf", None)
+    if buf is None or buf.size < n:
+        buf = _tls.buf = np.empty(max(n, 1 << 20), np.uint8)
+    return buf[:n].view(dtype).reshape(shape)
 
 
 def _im2col(x, cols, q0, q1, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl):
@@ -104,7 +117,7 @@ def conv_nhwc(x, f, out, g):
     step = max(1, COLS_MAX_BYTES // (OW * K * x.itemsize))   # image rows per chunk
     Q = N * OH
     step = min(step, Q)
-    cols = np.empty((step * OW, K), x.dtype)
+    cols = _scratch((step * OW, K), x.dtype)
     cols3 = cols.reshape(step * OW, KH * KW, C)
     im2col = _im2col_p if cols.size >= PARALLEL_MIN else _im2col_s
     for q0 in range(0, Q, step):
@@ -126,7 +139,7 @@ def backprop_input_nhwc(f, dy, dx, g):
         return
     per = OH * OW * K * dx.itemsize
     step = min(N, max(1, COLS_MAX_BYTES // max(per, 1)))   # images per chunk
-    dcols = np.empty((step * OH * OW, K), dx.dtype)
+    dcols = _scratch((step * OH * OW, K), dx.dtype)
     col2im = _col2im_p if dcols.size >= PARALLEL_MIN else _col2im_s
     for n0 in range(0, N, step):
         n1 = min(N, n0 + step)
@@ -148,7 +161,7 @@ def backprop_filter_nhwc(x, dy, df, g):
         return
     Q = N * OH
     step = min(Q, max(1, COLS_MAX_BYTES // (OW * K * x.itemsize)))
-    cols = np.empty((step * OW, K), x.dtype)
+    cols = _scratch((step * OW, K), x.dtype)
     cols3 = cols.reshape(step * OW, KH * KW, C)
     im2col = _im2col_p if cols.size >= PARALLEL_MIN else _im2col_s
     part = None
@@ -164,11 +177,11 @@ def backprop_filter_nhwc(x, dy, df, g):
             df2 += part
 
 
-def _nhwc_in(a, fmt):
+def nhwc_in(a, fmt):
     return a if fmt != "NCHW" else np.ascontiguousarray(a.transpose(0, 2, 3, 1))
 
 
-def _nhwc_out(out, fmt):
+def nhwc_out(out, fmt):
     """(array to compute into, finish()) for an output in the op's data format."""
     if fmt != "NCHW":
         return out, lambda: None
@@ -222,9 +235,9 @@ def conv2d(inputs, outputs, attrs):
     if _empty((x,), out):
         return
     _check_padded(f, g)
-    dst, finish = _nhwc_out(out, fmt)
+    dst, finish = nhwc_out(out, fmt)
     with np.errstate(all="ignore"):
-        conv_nhwc(_nhwc_in(x, fmt), f, dst, g)
+        conv_nhwc(nhwc_in(x, fmt), f, dst, g)
     finish()
 
 
@@ -238,9 +251,9 @@ def conv2d_backprop_input(inputs, outputs, attrs):
     _expect_dy(to_nhwc(dy.shape, fmt), (xs[0], g.oh, g.ow, f.shape[3]))
     if _empty((dy,), dx):
         return
-    dst, finish = _nhwc_out(dx, fmt)
+    dst, finish = nhwc_out(dx, fmt)
     with np.errstate(all="ignore"):
-        backprop_input_nhwc(f, _nhwc_in(dy, fmt), dst, g)
+        backprop_input_nhwc(f, nhwc_in(dy, fmt), dst, g)
     finish()
 
 
@@ -254,4 +267,4 @@ def conv2d_backprop_filter(inputs, outputs, attrs):
         return
     _check_padded(dy, g)
     with np.errstate(all="ignore"):
-        backprop_filter_nhwc(_nhwc_in(x, fmt), _nhwc_in(dy, fmt), df, g)
+        backprop_filter_nhwc(nhwc_in(x, fmt), nhwc_in(dy, fmt), df, g)

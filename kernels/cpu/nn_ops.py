@@ -8,7 +8,8 @@ from numba import njit, prange
 from kernels import kernel
 from shape_fns import Unsupported
 
-from . import conv_ops, pooling_ops  # noqa: F401  (registration; also listed in DEVICE_MODULES later)
+# registration of the split-off families until DEVICE_MODULES lists them
+from . import conv_ops, pooling_ops  # noqa: F401
 
 FLOATS = (np.float32, np.float64)
 PARALLEL_MIN = 1 << 15   # elements; exp-heavy loops pay for threads earlier than adds do

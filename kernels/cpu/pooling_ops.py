@@ -13,7 +13,7 @@ from shape_fns import InvalidArgumentError, Unsupported
 from shape_fns.conv_ops import to_nhwc
 from shape_fns.pooling_ops import pool_window
 
-from .conv_ops import _nhwc_in, _nhwc_out
+from .conv_ops import nhwc_in, nhwc_out
 
 FLOATS = (np.float32, np.float64)
 PARALLEL_MIN = 1 << 16       # output elements (times window size for the gradients)
@@ -138,7 +138,8 @@ def _pair(fn):
             njit(cache=True, nogil=True, parallel=True, error_model="numpy")(fn))
 
 
-_MAX, _AVG, _MAXG, _AVGG = (_pair(f) for f in (_max_pool, _avg_pool, _max_pool_grad, _avg_pool_grad))
+_MAX, _AVG, _MAXG, _AVGG = (_pair(f) for f in (_max_pool, _avg_pool, _max_pool_grad,
+                                               _avg_pool_grad))
 
 
 def _pick(pair, work):
@@ -167,8 +168,8 @@ def max_pool(inputs, outputs, attrs):
     fmt, g = _window(x.shape, attrs, "MaxPool", x.dtype)
     if out.size == 0:
         return
-    dst, finish = _nhwc_out(out, fmt)
-    _pick(_MAX, out.size)(_nhwc_in(x, fmt), dst, *_args(g), x.dtype.type(np.finfo(x.dtype).min))
+    dst, finish = nhwc_out(out, fmt)
+    _pick(_MAX, out.size)(nhwc_in(x, fmt), dst, *_args(g), x.dtype.type(np.finfo(x.dtype).min))
     finish()
 
 
@@ -179,8 +180,8 @@ def avg_pool(inputs, outputs, attrs):
     fmt, g = _window(x.shape, attrs, "AvgPool", x.dtype)
     if out.size == 0:
         return
-    dst, finish = _nhwc_out(out, fmt)
-    _pick(_AVG, out.size)(_nhwc_in(x, fmt), dst, *_args(g))
+    dst, finish = nhwc_out(out, fmt)
+    _pick(_AVG, out.size)(nhwc_in(x, fmt), dst, *_args(g))
     finish()
 
 
@@ -214,6 +215,6 @@ def avg_pool_grad(inputs, outputs, attrs):
     if dy.size == 0:
         dx[...] = 0
         return
-    dst, finish = _nhwc_out(dx, fmt)
-    _pick(_AVGG, dx.size * g.kh * g.kw)(_nhwc_in(dy, fmt), dst, *_args(g))
+    dst, finish = nhwc_out(dx, fmt)
+    _pick(_AVGG, dx.size * g.kh * g.kw)(nhwc_in(dy, fmt), dst, *_args(g))
     finish()

@@ -1,4 +1,4 @@
-"""Op table: MaxPool, AvgPool and their gradients (SAME/VALID/EXPLICIT, strides, NCHW, ties, NaN)."""
+"""Op table: MaxPool, AvgPool and their gradients (padding variants, strides, NCHW, ties, NaN)."""
 import numpy as np
 import tensorflow as tf
 
@@ -45,8 +45,10 @@ def _avg_pool(x, ksize, strides, padding, fmt="NHWC"):
 
 def max_pool_samples(dt, rng):
     out = [s + ((),) for s in _pool_samples(dt, rng, no_channels=True)]
-    out.append((arr(rng, (1, 5, 6, 2), dt), _k(3, 2), _k(2, 2), "EXPLICIT", (0, 0, 1, 2, 0, 1, 0, 0)))
-    out.append((arr(rng, (1, 3, 3, 2), dt), _k(2, 2), _k(1, 1), "EXPLICIT", (0, 0, 1, 1, 1, 1, 0, 0)))
+    out.append((arr(rng, (1, 5, 6, 2), dt), _k(3, 2), _k(2, 2), "EXPLICIT",
+                (0, 0, 1, 2, 0, 1, 0, 0)))
+    out.append((arr(rng, (1, 3, 3, 2), dt), _k(2, 2), _k(1, 1), "EXPLICIT",
+                (0, 0, 1, 1, 1, 1, 0, 0)))
     return out
 
 
