@@ -24,10 +24,10 @@ _DONE = object()
 class Failed:
     """An error as a value: the exception and the node that raised it."""
 
-    __slots__ = ("exc", "node")
+    __slots__ = ("exc", "node", "inputs")
 
-    def __init__(self, exc, node):
-        self.exc, self.node = exc, node
+    def __init__(self, exc, node, inputs=""):
+        self.exc, self.node, self.inputs = exc, node, inputs
 
 
 def run_kernel(kdef, shape_fn, arrays, attrs, out_specs=None):
@@ -221,11 +221,22 @@ def step(node, vals, failed):
         _poison(node, vals, failed, e.failed)
         return
     except Exception as e:  # noqa: BLE001 - errors are values
-        _poison(node, vals, failed, Failed(e, node))
+        _poison(node, vals, failed, Failed(e, node, _describe_inputs(node, vals)))
         return
     if outs is not None:
         for s, v in zip(node.outputs, outs):
             vals[s] = v
+
+
+def _describe_inputs(node, vals):
+    parts = []
+    for s in node.inputs:
+        v = vals[s]
+        shape = tuple(getattr(v, "shape", ()))
+        dt = getattr(v, "dtype", None)
+        name = getattr(dt, "name", str(dt))
+        parts.append(f"{name}[{','.join(str(d) for d in shape)}]")
+    return ", ".join(parts)
 
 
 def _poison(node, vals, failed, f):

@@ -390,14 +390,20 @@ def raw_attrs(op):
         elif a.type == "list(type)":
             v = [t.as_datatype_enum for t in v]
         elif a.type == "shape":
-            v = None if v.rank is None else v.as_list()
+            v = _shape_list(v)
         elif a.type == "list(shape)":
-            v = [None if s.rank is None else s.as_list() for s in v]
+            v = [_shape_list(s) for s in v]
         elif a.type == "func":
             v = v.name
         flat.append(a.name)
         flat.append(v)
     return tuple(flat)
+
+
+def _shape_list(s):
+    from tensorflow.python.framework import tensor_shape
+    s = tensor_shape.TensorShape(s)
+    return None if s.rank is None else s.as_list()
 
 
 def execute_stock(op_type, inputs, flat_attrs, num_outputs):
@@ -430,6 +436,7 @@ def dtype_enum_of_graph_tensor(t):
 def make_tensor_any(arr):
     """An EagerTensor from any numpy array (non-contiguous, object/string arrays included)."""
     if arr.dtype in DTYPE_TO_ENUM:
-        return make_tensor(np.ascontiguousarray(arr))
+        # not np.ascontiguousarray: it turns 0-d arrays into shape (1,)
+        return make_tensor(arr if arr.flags.c_contiguous else arr.copy(order="C"))
     import tensorflow as tf
     return tf.constant(arr)

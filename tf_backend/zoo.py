@@ -1,0 +1,89 @@
+"""Bundled Keras models with random weights (no downloads): the one home of the model builders.
+
+Each builder takes the `keras` module and returns an unbuilt-weights-random model; `build(name,
+keras)` seeds Keras first. Used by `tfb ab --model`, `tfb bench`, tests, demo and benchmarks.
+"""
+import numpy as np
+
+
+def mlp(keras, in_dim=784, hidden=(512, 512), classes=10):
+    layers = [keras.Input((in_dim,))]
+    layers += [keras.layers.Dense(h, activation="relu") for h in hidden]
+    layers += [keras.layers.Dense(classes)]
+    return keras.Sequential(layers, name="mlp")
+
+
+def small_mlp(keras):
+    return keras.Sequential([keras.Input((20,)), keras.layers.Dense(32, activation="relu"),
+                             keras.layers.Dense(16, activation="tanh"),
+                             keras.layers.Dense(3)], name="small_mlp")
+
+
+def small_cnn(keras, size=16, channels=3, classes=10):
+    L = keras.layers
+    return keras.Sequential([
+        keras.Input((size, size, channels)),
+        L.Conv2D(8, 3, padding="same", activation="relu"),
+        L.MaxPooling2D(2),
+        L.Conv2D(16, 3, padding="valid", activation="relu"),
+        L.AveragePooling2D(2),
+        L.Flatten(),
+        L.Dense(32, activation="sigmoid"),
+        L.Dense(classes),
+    ], name="small_cnn")
+
+
+def cnn(keras):
+    return small_cnn(keras, size=32, channels=3, classes=10)
+
+
+def resnet50(keras):
+    return keras.applications.ResNet50(weights=None)
+
+
+def mobilenetv2(keras):
+    return keras.applications.MobileNetV2(weights=None)
+
+
+def densenet121(keras):
+    return keras.applications.DenseNet121(weights=None)
+
+
+def transformer(keras, seq=128, d_model=256, heads=4, ff=1024, classes=10):
+    """One post-norm Transformer encoder block on (seq, d_model) features, then a pooled head."""
+    L = keras.layers
+    x_in = keras.Input((seq, d_model))
+    att = L.MultiHeadAttention(num_heads=heads, key_dim=d_model // heads)(x_in, x_in)
+    x = L.LayerNormalization(epsilon=1e-6)(L.Add()([x_in, att]))
+    h = L.Dense(ff, activation="gelu")(x)
+    h = L.Dense(d_model)(h)
+    x = L.LayerNormalization(epsilon=1e-6)(L.Add()([x, h]))
+    out = L.Dense(classes)(L.GlobalAveragePooling1D()(x))
+    return keras.Model(x_in, out, name="transformer")
+
+
+def lstm(keras, seq=32, features=64, units=128, classes=10):
+    return keras.Sequential([keras.Input((seq, features)), keras.layers.LSTM(units),
+                             keras.layers.Dense(classes)], name="lstm")
+
+
+BUILDERS = {"mlp": mlp, "small_mlp": small_mlp, "small_cnn": small_cnn, "cnn": cnn,
+            "resnet50": resnet50, "mobilenetv2": mobilenetv2, "densenet121": densenet121,
+            "transformer": transformer, "lstm": lstm}
+
+
+def build(name, keras, seed=0):
+    if name not in BUILDERS:
+        raise KeyError(f"unknown bundled model {name!r}; choose from {', '.join(BUILDERS)}")
+    keras.utils.set_random_seed(seed)
+    return BUILDERS[name](keras)
+
+
+def sample_batch(model, batch, seed=0, classes=None):
+    """Random inputs (and integer labels) matching the model's (single) input shape."""
+    rng = np.random.default_rng(seed)
+    shape = (batch,) + tuple(model.input_shape[1:])
+    x = rng.standard_normal(shape).astype(np.float32)
+    n = classes or model.output_shape[-1]
+    y = rng.integers(0, n, size=(batch,)).astype(np.int32)
+    return x, y
