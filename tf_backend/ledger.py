@@ -58,9 +58,12 @@ def error(op):
 
 
 def reset():
+    """Zero every counter. What we know of compiled functions stays, with its calls zeroed."""
     with _lock:
         _ops.clear()
-        _functions.clear()
+        for f in _functions.values():
+            f["calls"] = f["fallback_calls"] = 0
+            f["_touched"] = False
 
 
 def snapshot():
@@ -71,7 +74,8 @@ def snapshot():
     backend_calls = sum(o["backend"] for o in ops.values())
     fallback_calls = sum(o["fallback"] for o in ops.values())
     with _lock:
-        functions = {k: dict(v) for k, v in sorted(_functions.items())}
+        functions = {k: {a: b for a, b in v.items() if a != "_touched"}
+                     for k, v in sorted(_functions.items()) if v.get("_touched", True)}
     return {"ops": ops, "functions": functions,
             "totals": {"backend": backend_calls, "fallback": fallback_calls,
                        "coverage": backend_calls / max(1, backend_calls + fallback_calls)}}
@@ -107,7 +111,7 @@ def function_compiled(name, summary, reason, seconds):
     with _lock:
         f = _functions.setdefault(name, {"calls": 0, "fallback_calls": 0})
         f.update({"compiled": reason is None, "reason": reason,
-                  "compile_seconds": round(seconds, 6)})
+                  "compile_seconds": round(seconds, 6), "_touched": True})
         if summary:
             f.update(summary)
 
@@ -116,3 +120,4 @@ def function_called(name, fallback):
     with _lock:
         f = _functions.setdefault(name, {"calls": 0, "fallback_calls": 0})
         f["fallback_calls" if fallback else "calls"] += 1
+        f["_touched"] = True

@@ -1,0 +1,315 @@
+"""tf.function on our runtime: programs match stock, control flow, state, errors, threads."""
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import tf_backend
+from integration import models
+from tf_backend import executor, functions
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    executor.set_threads(request.param)
+    yield request.param
+    executor.set_threads(executor.default_threads())
+
+
+def _both(fn, *args):
+    """(stock outputs, our outputs, our ledger) for a tf.function called on args."""
+    import tensorflow as tf
+    tf_backend.disable()
+    ref = [np.asarray(t) for t in tf.nest.flatten(fn(*args))]
+    tf_backend.enable()
+    tf_backend.reset_stats()
+    try:
+        ours = [np.asarray(t) for t in tf.nest.flatten(fn(*args))]
+        stats = tf_backend.stats()
+    finally:
+        tf_backend.disable()
+    return ref, ours, stats
+
+
+def _compiled_calls(stats):
+    return sum(f["calls"] for f in stats["functions"].values() if f.get("compiled"))
+
+
+def _close(ours, ref, rtol=1e-5, atol=1e-6):
+    assert len(ours) == len(ref)
+    for o, r in zip(ours, ref):
+        assert o.dtype == r.dtype and o.shape == r.shape
+        np.testing.assert_allclose(o, r, rtol=rtol, atol=atol)
+
+
+def test_mlp_and_cnn_inference(tf, threads):
+    import keras
+    for name in ("small_mlp", "small_cnn"):
+        m = models.build(name, keras)
+        x, _ = models.sample_batch(m, 8)
+        f = tf.function(lambda t: m(t))
+        ref, ours, stats = _both(f, tf.constant(x))
+        _close(ours, ref)
+        assert _compiled_calls(stats) >= 1
+
+
+def test_residual_block(tf, threads):
+    rng = np.random.default_rng(0)
+    w1 = tf.constant(rng.standard_normal((3, 3, 8, 8)).astype(np.float32) * 0.2)
+    w2 = tf.constant(rng.standard_normal((3, 3, 8, 8)).astype(np.float32) * 0.2)
+
+    @tf.function
+    def block(x):
+        y = tf.nn.relu(tf.nn.conv2d(x, w1, 1, "SAME"))
+        y = tf.nn.conv2d(y, w2, 1, "SAME")
+        return tf.nn.relu(x + y)
+
+    ref, ours, stats = _both(block, tf.constant(rng.standard_normal((2, 8, 8, 8)).astype(np.float32)))
+    _close(ours, ref, rtol=1e-4, atol=1e-5)
+    fn = next(iter(stats["functions"].values()))
+    assert fn["kernel_nodes"]["Conv2D"] == 2 and not fn["fallback_nodes"]
+
+
+def test_control_flow_and_nested_calls(tf, threads):
+    @tf.function
+    def inner(x):
+        return tf.nn.relu(x) * 2.0
+
+    @tf.function
+    def f(x, n):
+        i = tf.constant(0)
+        _, x = tf.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, inner(x) - 0.5), [i, x])
+        if tf.reduce_sum(x) > 0:
+            x = x + 1.0
+        else:
+            x = x - 1.0
+        y = tf.switch_case(n % 3, [lambda: x * 2.0, lambda: x * 3.0, lambda: x * 4.0])
+        return y
+
+    x = tf.constant([[0.5, -1.0], [2.0, 0.25]])
+    for n in (0, 1, 2, 5):
+        ref, ours, stats = _both(f, x, tf.constant(n))
+        _close(ours, ref)
+        fn = next(iter(stats["functions"].values()))
+        assert fn["compiled"] and fn["calls"] == 1, fn
+
+
+def test_variables_updated_between_calls(tf, threads):
+    v = tf.Variable(tf.ones((2, 2)))
+
+    @tf.function
+    def step(x):
+        v.assign_add(x)
+        return tf.reduce_sum(v * 2.0)
+
+    x = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+    tf_backend.disable()
+    ref = [float(step(x)) for _ in range(3)] + [np.asarray(v)]
+    v.assign(tf.ones((2, 2)))
+    with tf_backend.enabled():
+        ours = [float(step(x)) for _ in range(3)] + [np.asarray(v)]
+        v.assign(tf.zeros((2, 2)))   # written outside the function: the next call must see it
+        ours.append(float(step(x)))
+    _close([np.asarray(o) for o in ours[:4]], [np.asarray(r) for r in ref])
+    assert ours[4] == 20.0
+
+
+def test_keras_fit_evaluate_predict(tf):
+    import keras
+
+    def train():
+        m = models.build("small_mlp", keras, seed=0)
+        x, y = models.sample_batch(m, 32, seed=1)
+        m.compile(optimizer=keras.optimizers.Adam(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        h = m.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        return (h.history["loss"], m.evaluate(x, y, batch_size=8, verbose=0),
+                m.predict(x, batch_size=8, verbose=0), [np.asarray(w) for w in m.weights])
+
+    tf_backend.disable()
+    ref = train()
+    tf_backend.enable()
+    tf_backend.reset_stats()
+    try:
+        ours = train()
+        stats = tf_backend.stats()
+    finally:
+        tf_backend.disable()
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-5)
+    np.testing.assert_allclose(ours[1], ref[1], rtol=1e-5)
+    np.testing.assert_allclose(ours[2], ref[2], rtol=1e-4, atol=1e-5)
+    for a, b in zip(ours[3], ref[3]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert _compiled_calls(stats) >= 3
+    assert not any(f.get("reason") for f in stats["functions"].values())
+
+
+def test_gradient_tape_training_step(tf, threads):
+    rng = np.random.default_rng(1)
+    w = tf.Variable(rng.standard_normal((4, 3)).astype(np.float32))
+
+    @tf.function
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+        g = tape.gradient(loss, w)
+        w.assign_sub(0.1 * g)
+        return loss
+
+    x = tf.constant(rng.standard_normal((8, 4)).astype(np.float32))
+    y = tf.constant(rng.standard_normal((8, 3)).astype(np.float32))
+    w0 = np.asarray(w)
+    tf_backend.disable()
+    ref = [float(train_step(x, y)) for _ in range(3)] + [np.asarray(w)]
+    w.assign(w0)
+    with tf_backend.enabled():
+        ours = [float(train_step(x, y)) for _ in range(3)] + [np.asarray(w)]
+    np.testing.assert_allclose(ours[:3], ref[:3], rtol=1e-5)
+    np.testing.assert_allclose(ours[3], ref[3], rtol=1e-5)
+
+
+def test_gradient_of_function_call_under_outer_tape(tf):
+    """Forward-under-tape and backward functions both run as programs."""
+    @tf.function
+    def f(x):
+        return tf.reduce_sum(tf.nn.sigmoid(x) * x)
+
+    x = tf.constant([[0.5, -1.0], [2.0, 0.1]])
+
+    def grad():
+        with tf.GradientTape() as t:
+            t.watch(x)
+            y = f(x)
+        return np.asarray(t.gradient(y, x))
+
+    tf_backend.disable()
+    ref = grad()
+    with tf_backend.enabled():
+        tf_backend.reset_stats()
+        ours = grad()
+        n = len(tf_backend.stats()["functions"])
+    np.testing.assert_allclose(ours, ref, rtol=1e-6)
+    assert n >= 2   # forward and backward functions
+
+
+def test_shapes_change_between_calls(tf, threads):
+    @tf.function(reduce_retracing=True)
+    def f(x):
+        return tf.reduce_sum(tf.nn.relu(x) * 2.0, axis=-1)
+
+    for shape in [(2, 3), (5, 3), (4, 7), (1, 1)]:
+        x = tf.constant(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+        ref, ours, _ = _both(f, x)
+        _close(ours, ref)
+
+
+def test_runtime_error_names_node_and_line_and_calls_keep_working(tf, threads):
+    @tf.function
+    def f(x, n):
+        y = x * 2.0
+        return tf.reshape(y, tf.stack([n, -1]))
+
+    x = tf.ones((3, 3))
+    tf_backend.disable()
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        f(x, tf.constant(4))
+    with tf_backend.enabled():
+        with pytest.raises(tf.errors.InvalidArgumentError) as ei:
+            f(x, tf.constant(4))
+        msg = str(ei.value)
+        assert "'Reshape'" in msg and "float32[3,3]" in msg and "test_programs.py" in msg
+        assert np.asarray(f(x, tf.constant(3))).shape == (3, 3)
+
+
+def test_jit_compile_functions_are_left_to_xla(tf):
+    @tf.function(jit_compile=True)
+    def f(x):
+        return x * 2.0 + 1.0
+
+    with tf_backend.enabled():
+        tf_backend.reset_stats()
+        np.testing.assert_allclose(np.asarray(f(tf.ones(3))), [3.0, 3.0, 3.0])
+        assert tf_backend.stats()["functions"] == {}
+
+
+def test_tracing_and_disabled_mode_are_stock(tf):
+    with tf_backend.enabled():
+        @tf.function
+        def outer(x):
+            return inner(x) + 1.0
+
+        @tf.function
+        def inner(x):
+            return x * 3.0
+
+        tf_backend.reset_stats()
+        np.testing.assert_allclose(np.asarray(outer(tf.ones(2))), [4.0, 4.0])
+        fns = tf_backend.stats()["functions"]
+        assert len(fns) == 1, fns   # inner is inlined into outer's program, not called
+    functions.clear_cache()
+
+
+def test_results_identical_single_and_multi_threaded(tf):
+    rng = np.random.default_rng(5)
+    a = tf.constant(rng.standard_normal((256, 256)).astype(np.float32))
+    b = tf.constant(rng.standard_normal((256, 256)).astype(np.float32))
+
+    @tf.function
+    def two_branch(a, b):
+        left = tf.nn.relu(tf.matmul(a, b)) * 0.5
+        right = tf.tanh(tf.matmul(b, a)) + 1.0
+        return tf.reduce_sum(left @ right, axis=0)
+
+    outs = []
+    with tf_backend.enabled():
+        for n in (1, 2, 4, 1):
+            executor.set_threads(n)
+            outs.append(np.asarray(two_branch(a, b)))
+    executor.set_threads(executor.default_threads())
+    for o in outs[1:]:
+        assert np.array_equal(o, outs[0])
+
+
+def test_stress_many_threads_bounded_memory(tf):
+    import tracemalloc
+
+    @tf.function
+    def f(x):
+        return tf.reduce_sum(tf.nn.relu(x @ x) + 1.0)
+
+    @tf.function
+    def g(x):
+        return tf.reduce_max(tf.tanh(x) * 3.0)
+
+    xs = [tf.constant(np.full((32, 32), i / 100, np.float32)) for i in range(4)]
+    tf_backend.disable()
+    want = {(k, i): float(fn(x)) for k, fn in (("f", f), ("g", g)) for i, x in enumerate(xs)}
+    errors = []
+
+    def worker(seed, iters):
+        rng = np.random.default_rng(seed)
+        for _ in range(iters):
+            i = int(rng.integers(4))
+            k = "f" if rng.random() < 0.5 else "g"
+            got = float((f if k == "f" else g)(xs[i]))
+            if abs(got - want[(k, i)]) > 1e-4 * max(1.0, abs(want[(k, i)])):
+                errors.append((k, i, got, want[(k, i)]))
+
+    with tf_backend.enabled():
+        worker(0, 50)  # warm up: compile both
+        gc.collect()
+        tracemalloc.start()
+        ts = [threading.Thread(target=worker, args=(s, 150)) for s in range(6)]
+        [t.start() for t in ts]
+        [t.join(timeout=120) for t in ts]
+        assert not any(t.is_alive() for t in ts), "deadlock: a worker did not finish"
+        first, _ = tracemalloc.get_traced_memory()
+        ts = [threading.Thread(target=worker, args=(s, 150)) for s in range(6, 12)]
+        [t.start() for t in ts]
+        [t.join(timeout=120) for t in ts]
+        gc.collect()
+        second, _ = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    assert not errors, errors[:5]
+    assert second - first < 2_000_000, f"memory grew by {second - first} bytes over 900 calls"
