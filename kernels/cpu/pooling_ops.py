@@ -17,7 +17,6 @@ from .conv_ops import nhwc_in, nhwc_out
 
 FLOATS = (np.float32, np.float64)
 PARALLEL_MIN = 1 << 16       # output elements (times window size for the gradients)
-CHANNEL_BLOCK = 16           # MaxPoolGrad parallelises over (image, channel block): no write races
 
 
 def _max_pool(x, out, KH, KW, sh, sw, pt, pl, lowest):
@@ -67,20 +66,20 @@ def _avg_pool(x, out, KH, KW, sh, sw, pt, pl):
                 o[c] /= cnt
 
 
-def _max_pool_grad(x, dy, dx, KH, KW, sh, sw, pt, pl, CB):
+def _max_pool_grad(x, dy, dx, KH, KW, sh, sw, pt, pl):
+    """Each window's gradient goes to its first maximum, per channel; parallel over images."""
     N, H, W, C = x.shape
     OH, OW = dy.shape[1], dy.shape[2]
-    NB = (C + CB - 1) // CB
-    for t in prange(N * NB):
-        n = t // NB
-        c0 = (t - n * NB) * CB
-        c1 = min(c0 + CB, C)
-        best = np.empty(c1 - c0, x.dtype)
-        arg = np.empty(c1 - c0, np.int64)
+    for n in prange(N):
+        best = np.empty(C, x.dtype)
+        bh = np.empty(C, np.int64)
+        bw = np.empty(C, np.int64)
+        dxn = dx[n]
         for ih in range(H):
             for iw in range(W):
-                for c in range(c0, c1):
-                    dx[n, ih, iw, c] = 0
+                d = dxn[ih, iw]
+                for c in range(C):
+                    d[c] = 0
         for oh in range(OH):
             h0 = oh * sh - pt
             hs, he = max(h0, 0), min(h0 + KH, H)
@@ -90,21 +89,22 @@ def _max_pool_grad(x, dy, dx, KH, KW, sh, sw, pt, pl, CB):
                 if he <= hs or we <= ws:
                     continue
                 src = x[n, hs, ws]
-                for c in range(c0, c1):
-                    best[c - c0] = src[c]
-                    arg[c - c0] = hs * W + ws
+                for c in range(C):
+                    best[c] = src[c]
+                    bh[c] = hs
+                    bw[c] = ws
                 for ih in range(hs, he):
                     for iw in range(ws, we):
                         src = x[n, ih, iw]
-                        k = ih * W + iw
-                        for c in range(c0, c1):
-                            if best[c - c0] < src[c]:
-                                best[c - c0] = src[c]
-                                arg[c - c0] = k
+                        for c in range(C):
+                            v = src[c]
+                            if best[c] < v:
+                                best[c] = v
+                                bh[c] = ih
+                                bw[c] = iw
                 g = dy[n, oh, ow]
-                for c in range(c0, c1):
-                    k = arg[c - c0]
-                    dx[n, k // W, k % W, c] += g[c]
+                for c in range(C):
+                    dxn[bh[c], bw[c], c] += g[c]
 
 
 def _avg_pool_grad(dy, dx, KH, KW, sh, sw, pt, pl):
@@ -195,7 +195,8 @@ def max_pool_grad(inputs, outputs, attrs):
     if dy.size == 0:
         dx[...] = 0
         return
-    _pick(_MAXG, dy.size * g.kh * g.kw)(x, dy, dx, *_args(g), CHANNEL_BLOCK)
+    maxg = _MAXG[1] if x.shape[0] > 1 and dy.size * g.kh * g.kw >= PARALLEL_MIN else _MAXG[0]
+    maxg(x, dy, dx, *_args(g))
 
 
 @kernel("AvgPoolGrad", dtypes=FLOATS)
