@@ -187,6 +187,15 @@ CASES = [
     OpCase("Conv2D_dilated_f64", "Conv2D", _conv,
            lambda dt, rng: conv_samples(dt, rng, _dilated(CONV_SHAPES)), dtypes=("float64",),
            kind="reduction", reduction_len=_conv_len),
+    # empty inputs/outputs: float64 only, stock float32 (oneDNN) returns its input for these.
+    # No gradient check: stock float64 Conv2DBackpropFilter returns uninitialised memory when
+    # out_backprop is empty (ours returns zeros). No shape check: graph shape inference rejects
+    # the 0x0-output sample.
+    OpCase("Conv2D_empty_f64", "Conv2D", _conv, lambda dt, rng: [
+        (_x(rng, (0, 6, 6, 3), dt), _x(rng, (3, 3, 3, 4), dt), S1, "SAME", S1, ()),
+        (_x(rng, (1, 0, 6, 3), dt), _x(rng, (3, 3, 3, 4), dt), S2, "SAME", S1, ()),
+        (_x(rng, (1, 3, 3, 3), dt), _x(rng, (4, 4, 3, 2), dt), S1, "VALID", S1, ())],
+           dtypes=("float64",), kind="reduction", reduction_len=_conv_len, shape_check=False),
     # float32 only: stock float64 Conv2D is NHWC-only (an error case of Conv2D)
     OpCase("Conv2D_NCHW", "Conv2D",
            lambda x, f, st, pad, dil, p: _conv(x, f, st, pad, dil, p, fmt="NCHW"),
