@@ -2,8 +2,9 @@
 
 For every (op, dtype kind) it generates, into a source file in the cache directory (so numba's
 on-disk cache works), a scalar function, a serial flat loop and a parallel flat loop. Same-shape
-and scalar-broadcast calls use the flat loops; general broadcasting uses a numba ufunc built
-lazily from the scalar function. Nothing compiles until an op is first used with a dtype.
+and scalar-broadcast calls use the flat loops, an operand broadcast along out's leading or
+trailing dims uses block loops, and other broadcasting uses a numba ufunc built lazily from the
+scalar function. Nothing compiles until an op is first used with a dtype.
 Entries with a `check` also get a loop that scans the second input for the error condition.
 Float kernels treat subnormal inputs and results as zero, as TensorFlow's CPU kernels do.
 Everything compiles with numba's "numpy" error model: float division by zero gives Inf/NaN, and
@@ -84,7 +85,34 @@ def {f}_ploop(x, y, out, sx, sy{pp}):
         a = x[0]
         for i in prange(out.size):
             out[i] = _{f}_s(a, y[i * sy]{pa})
-'''
+''' + ''.join(
+    # Block loops: out as m rows of k; the partial operand runs along the rows (inner) or
+    # holds one value per row (outer). Covers x + bias[C] and x * scale[N, 1].
+    '''
+@{dec}
+def {{f}}_{name}(x, y, out, m, k, inner, xfull{{pp}}):
+    if xfull:
+        if inner:
+            for i in {rng}(m):
+                for j in range(k):
+                    out[i * k + j] = _{{f}}_s(x[i * k + j], y[j]{{pa}})
+        else:
+            for i in {rng}(m):
+                b = y[i]
+                for j in range(k):
+                    out[i * k + j] = _{{f}}_s(x[i * k + j], b{{pa}})
+    else:
+        if inner:
+            for i in {rng}(m):
+                for j in range(k):
+                    out[i * k + j] = _{{f}}_s(x[j], y[i * k + j]{{pa}})
+        else:
+            for i in {rng}(m):
+                a = x[i]
+                for j in range(k):
+                    out[i * k + j] = _{{f}}_s(a, y[i * k + j]{{pa}})
+'''.format(dec=dec, name=name, rng=rng)
+    for dec, name, rng in (("_j", "bloop", "range"), ("_jp", "pbloop", "prange")))
 
 
 _CHECK = '''
@@ -129,7 +157,10 @@ def _cache_dir():
 
 def _load_generated():
     src = _source()
-    digest = hashlib.sha1(src.encode()).hexdigest()[:16]
+    # numba's cache only watches the generated file: key it on the helpers' source as well.
+    with open(os.path.join(os.path.dirname(__file__), "scalar.py"), "rb") as f:
+        helpers = f.read()
+    digest = hashlib.sha1(src.encode() + helpers).hexdigest()[:16]
     path = os.path.join(_cache_dir(), f"ew_cpu_{digest}.py")
     if not os.path.exists(path):
         tmp = f"{path}.{os.getpid()}.tmp"
@@ -194,9 +225,28 @@ def _make_unary(entry, kind):
     return run
 
 
+def _blocks(out_shape, p_shape, n, k):
+    """(m, k, inner): out as m rows of k for a partial operand that covers out's trailing dims
+    (inner, k = its size) or leading dims (outer, m = its size); None otherwise."""
+    nd = len(out_shape)
+    p = (1,) * (nd - len(p_shape)) + tuple(p_shape)
+    i = 0
+    while p[i] == 1:
+        i += 1
+    if p[i:] == out_shape[i:]:
+        return n // k, k, True
+    j = nd
+    while p[j - 1] == 1:
+        j -= 1
+    if p[:j] == out_shape[:j]:
+        return k, n // k, False
+    return None
+
+
 def _make_binary(entry, kind):
     f = f"{entry.name}_{kind}"
     loop, ploop = getattr(GEN, f + "_loop"), getattr(GEN, f + "_ploop")
+    bloop, pbloop = getattr(GEN, f + "_bloop"), getattr(GEN, f + "_pbloop")
     params = entry.params
     chk = getattr(GEN, f + "_chk", None)
     if chk is not None:
@@ -221,9 +271,15 @@ def _make_binary(entry, kind):
             # The shape fn found the shapes incompatible and the op asked for a scalar answer.
             out[()] = incompatible
         else:
-            u = _ufunc(f, entry, x.dtype)
-            with np.errstate(all="ignore"):
-                u(x, y, *p, out=out)
+            blk = (_blocks(out.shape, y.shape, n, ys) if xs == n else
+                   _blocks(out.shape, x.shape, n, xs) if ys == n else None)
+            if blk is not None:
+                (pbloop if n >= PARALLEL_MIN else bloop)(
+                    x.ravel(), y.ravel(), out.ravel(), *blk, xs == n, *p)
+            else:
+                u = _ufunc(f, entry, x.dtype)
+                with np.errstate(all="ignore"):
+                    u(x, y, *p, out=out)
 
     run.__qualname__ = f"ew.{entry.name}"
     return run

@@ -51,12 +51,18 @@ def unary(lo=-3, hi=3, big=False):
     return samples
 
 
+# One operand covering out's trailing (inner) or leading (outer) dims: the kernels' block loops.
+_BLOCK_PAIRS = [((3, 1), (3, 4)), ((4,), (2, 3, 4)), ((2, 3, 4), (2, 3, 1)), ((1, 3, 1), (3, 5))]
+_BIG_BLOCK_PAIRS = [((400, 400), (400,)), ((400, 1), (400, 400))]
+
+
 def binary(lo=-3, hi=3, ylo=None, yhi=None, big=False, y_ok=None):
     """Broadcast pairs plus every pair of edge values; y_ok(y) masks divisors that may not occur."""
     ylo, yhi = lo if ylo is None else ylo, hi if yhi is None else yhi
 
     def samples(dt, rng):
-        pairs = broadcast_pairs() if big else _small(broadcast_pairs())
+        pairs = broadcast_pairs() + _BLOCK_PAIRS + (_BIG_BLOCK_PAIRS if big else [])
+        pairs = pairs if big else _small(pairs)
         out = []
         for a, b in pairs:
             x, y = arr(rng, a, dt, lo, hi), arr(rng, b, dt, ylo, yhi)
