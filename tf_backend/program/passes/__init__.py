@@ -1,7 +1,7 @@
 """Program passes, each a small module: `run(program) -> program` (in place), notes in program.notes."""
-from . import const_fold, dce, identity, shapes
+from . import const_fold, dce, fuse_elementwise, identity, shapes
 
-PIPELINE = (identity, shapes, const_fold, dce)
+PIPELINE = (identity, shapes, const_fold, dce, fuse_elementwise)
 
 
 def optimize(prog):

@@ -1,0 +1,133 @@
+"""Elementwise fusion: chains/trees of table ops become one generated kernel (one memory pass).
+
+A group grows backwards from a root node through producers that are fusable elementwise
+kernels of the same dtype, whose result has exactly one consumer and is not a program output,
+and that carry no control edges. At run time each input gets a read pattern
+(kernels/cpu/fusion.plan); a broadcast no pattern covers runs the original ops unfused.
+"""
+import numpy as np
+
+from kernels.cpu import fusion
+from kernels.elementwise_table import TABLE
+from shape_fns import Spec
+
+from ... import executor
+from ..ir import Node
+
+MAX_GROUP = 48
+
+
+def _dtype(n):
+    return n.attrs.get("T")
+
+
+def _fusable(n):
+    return (n.kind == "kernel" and n.op in TABLE and not n.ctrl and _dtype(n) is not None
+            and fusion.fusable(n.op, _dtype(n)))
+
+
+def run(prog):
+    consumers = {}
+    for n in prog.nodes:
+        for s in n.inputs:
+            consumers[s] = consumers.get(s, 0) + 1
+    for s in prog.outputs:
+        consumers[s] = consumers.get(s, 0) + 2
+    ctrl_preds = {id(c) for n in prog.nodes for c in n.ctrl}
+    producer = {s: n for n in prog.nodes for s in n.outputs}
+    absorbed = set()
+    groups = []
+    for root in reversed(prog.nodes):
+        if id(root) in absorbed or not _fusable(root):
+            continue
+        dt = _dtype(root)
+        members = []
+
+        def grow(n):
+            members.append(n)
+            for s in n.inputs:
+                p = producer.get(s)
+                if (p is not None and id(p) not in absorbed and p is not root and _fusable(p)
+                        and _dtype(p) == dt and consumers.get(s) == 1 and id(p) not in ctrl_preds
+                        and len(members) < MAX_GROUP):
+                    absorbed.add(id(p))
+                    grow(p)
+
+        grow(root)
+        if len(members) >= 2:
+            absorbed.add(id(root))
+            groups.append((root, members))
+    if not groups:
+        return prog
+    replace = {}
+    for root, members in groups:
+        replace[id(root)] = _fused_node(prog, root, members)
+    kept = []
+    for n in prog.nodes:
+        if id(n) in replace:
+            kept.append(replace[id(n)])
+        elif id(n) not in absorbed:
+            kept.append(n)
+    prog.nodes = kept
+    prog.fusions += len(groups)
+    prog.notes.append(f"fuse_elementwise: {len(groups)} groups, "
+                      f"{sum(len(m) for _, m in groups)} ops fused")
+    return prog
+
+
+def _fused_node(prog, root, members):
+    order = sorted(members, key=lambda n: n.id)        # producers before consumers
+    made = {}                                          # slot -> ("t", j)
+    ext = []                                           # external input slots
+    steps = []
+    for j, n in enumerate(order):
+        operands = []
+        for s in n.inputs:
+            if s in made:
+                operands.append(made[s])
+            else:
+                if s not in ext:
+                    ext.append(s)
+                operands.append(("in", ext.index(s)))
+        params = [n.attrs[p] for p in TABLE[n.op].params]
+        steps.append((n.op, operands, params))
+        made[n.outputs[0]] = ("t", j)
+    dt = _dtype(root)
+    node = Node(root.name, "Fused", "fused", ext, list(root.outputs), where=root.where)
+    node.fused_ops = tuple(n.op for n in order)
+    node.heavy = root.heavy
+    node.out_specs = root.out_specs
+    node.fn = _runner(dt, len(ext), steps, order, ext, root, prog.slot_specs.get(root.outputs[0]))
+    return node
+
+
+def _runner(dt, n_in, steps, order, ext, root, spec):
+    built = {}   # input shapes -> (kernels, patterns)
+
+    def run_fused(arrays, out_specs):
+        key = tuple(a.shape for a in arrays)
+        got = built.get(key)
+        if got is None:
+            shape = out_specs[0].shape if out_specs is not None else np.broadcast_shapes(*key)
+            p = fusion.plan(key, shape)
+            if p is None:
+                got = (None, shape, 0, 0)
+            else:
+                got = (fusion.build(dt, n_in, steps, p[0]), shape, p[1], p[2])
+            if len(built) < 64:
+                built[key] = got
+        kern, shape, rows, cols = got
+        if kern is None:
+            return _unfused(arrays)
+        out = executor.alloc.empty(shape, dt)
+        fusion.run(kern, arrays, out, rows, cols, len(steps))
+        return [out]
+
+    def _unfused(arrays):
+        vals = dict(zip(ext, arrays))
+        for n in order:
+            ins = [vals[s] for s in n.inputs]
+            vals[n.outputs[0]] = executor.run_kernel(n.kdef, n.shape_fn, ins, n.attrs)[0]
+        return [vals[root.outputs[0]]]
+
+    return run_fused
