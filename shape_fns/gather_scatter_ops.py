@@ -1,1 +1,160 @@
-"""Shape functions: gather scatter ops."""
+"""Shape functions: index-tuple gathers and scatters (GatherNd, ScatterNd), OneHot, Where.
+
+`scatter_nd_check` holds TensorFlow's ScatterNd validation, in its order, for the CPU kernel's
+use as well.
+"""
+import numpy as np
+
+from .errors import InvalidArgumentError, Unsupported
+from .registry import shape_fn
+from .spec import Spec, fmt_shape
+
+I64 = np.dtype(np.int64)
+POLICIES = ("", "ERROR", "IGNORE")
+
+
+def _policy(attrs):
+    p = attrs.get("bad_indices_policy", "")
+    if p not in POLICIES:  # stock TensorFlow has no kernel for it: let it say so
+        raise Unsupported(f"attr:bad_indices_policy={p}")
+    return p
+
+
+def _prod(dims):
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+@shape_fn("GatherNd", value_free=True)
+def gather_nd(inputs, attrs):
+    p, i = inputs
+    ps, ids = p.shape, i.shape
+    _policy(attrs)
+    if ps is not None and len(ps) < 1:
+        raise InvalidArgumentError(f"GatherNd: params must be at least a vector, got {fmt_shape(ps)}")
+    if ids is not None and len(ids) < 1:
+        raise InvalidArgumentError(f"GatherNd: indices must be at least a vector, got {fmt_shape(ids)}")
+    if ids is None or ids[-1] is None:
+        return [Spec(None, p.dtype)]
+    n = ids[-1]
+    if ps is None:
+        return [Spec(None, p.dtype)]
+    if n > len(ps):
+        raise InvalidArgumentError(
+            f"GatherNd: index innermost dimension length must be <= params rank; saw: {n} vs. "
+            f"{len(ps)} (params {fmt_shape(ps)}, indices {fmt_shape(ids)})")
+    if n > 7:
+        raise InvalidArgumentError(
+            f"GatherNd: only indices.shape[-1] values between 0 and 7 are supported, got {n}")
+    lead = ids[:-1]
+    if None not in ps and None not in lead and _prod(lead) > 0 and _prod(ps) == 0:
+        raise InvalidArgumentError(
+            f"GatherNd: requested more than 0 entries, but params is empty. Params shape: "
+            f"{fmt_shape(ps)}")
+    return [Spec(lead + ps[n:], p.dtype)]
+
+
+def scatter_nd_check(ishape, ushape, oshape):
+    """TensorFlow's ScatterNd checks on fully known shapes; returns the index depth."""
+    def bad(msg):
+        raise InvalidArgumentError(
+            f"ScatterNd: {msg} (indices {fmt_shape(ishape)}, updates {fmt_shape(ushape)}, "
+            f"shape {fmt_shape(oshape)})")
+
+    if len(ishape) < 1:
+        bad("indices shape must have rank at least one")
+    if len(ushape) < 1:
+        bad("updates shape must have rank at least one")
+    for d in oshape:
+        if d < 0:
+            bad(f"dimension {d} must be >= 0")
+    ni, nu = _prod(ishape), _prod(ushape)
+
+    def valid_empty(n):  # TensorFlow's ValidEmptyOutputShape
+        return (ni == 0 and nu == 0) or (n != 0 and ni != 0 and nu != 0)
+
+    if not valid_empty(len(oshape)):
+        bad("indices and updates specified for empty output shape")
+    outer = len(ishape) - 1
+    for k in range(outer):
+        if ishape[k] != ushape[k]:
+            bad(f"dimensions [0,{outer}) of indices must match those of updates")
+    ix = ishape[outer]
+    if len(ushape) - outer != len(oshape) - ix:
+        bad(f"dimensions [{ix},{len(oshape)}) of shape must match dimensions "
+            f"[{outer},{len(ushape)}) of updates")
+    for k in range(len(ushape) - outer):
+        if ushape[k + outer] != oshape[ix + k]:
+            bad(f"dimensions [{ix},{len(oshape)}) of shape must match dimensions "
+                f"[{outer},{len(ushape)}) of updates")
+    if len(oshape) < 1:
+        bad("output must be at least 1-D")
+    if not valid_empty(_prod(oshape)):
+        bad("indices and updates specified for empty output")
+    if ushape[0] != ishape[0]:
+        bad("the outermost dimensions of indices and updates must match")
+    # ValidateUpdateShape: rank-1 indices count as a column of scalar indices here.
+    sdim = ishape[-1] if len(ishape) > 1 else 1
+    bdim = len(ishape) - 1 if len(ishape) > 1 else 1
+    if (len(ushape) < bdim or len(oshape) < sdim + len(ushape) - bdim
+            or len(ushape) != bdim + len(oshape) - sdim
+            or any(ushape[k] != ishape[k] for k in range(bdim))
+            or any(ushape[k + bdim] != oshape[k + sdim] for k in range(len(ushape) - bdim))):
+        bad("must have updates.shape = indices.shape[:batch_dim] + shape[slice_dim:]")
+    if _prod(oshape) > 0 and not 1 <= sdim <= 7:
+        bad(f"only indices.shape[-1] values between 1 and 7 are supported, got {sdim}")
+    return sdim
+
+
+@shape_fn("ScatterNd")
+def scatter_nd(inputs, attrs):
+    i, u, s = inputs
+    _policy(attrs)
+    ss = s.shape
+    if ss is not None and len(ss) != 1:
+        raise InvalidArgumentError(f"ScatterNd: shape must be a vector, got {fmt_shape(ss)}")
+    if s.value is None:
+        r = ss[0] if ss else None
+        return [Spec(None if r is None else (None,) * r, u.dtype)]
+    out = [int(d) for d in s.value.reshape(-1)]
+    for d in out:
+        if d < 0:
+            raise InvalidArgumentError(f"ScatterNd: dimension {d} must be >= 0 (shape {out})")
+    if i.fully_defined and u.fully_defined:
+        scatter_nd_check(i.shape, u.shape, out)
+    return [Spec(out, u.dtype)]
+
+
+def _scalar(spec, what, op):
+    if spec.shape is not None and spec.shape != ():
+        raise InvalidArgumentError(f"{op}: {what} must be a scalar, but got: {fmt_shape(spec.shape)}")
+
+
+@shape_fn("OneHot")
+def one_hot(inputs, attrs):
+    i, d, on, off = inputs
+    _scalar(d, "depth", "OneHot")
+    _scalar(on, "on_value", "OneHot")
+    _scalar(off, "off_value", "OneHot")
+    depth = None if d.value is None else int(d.value)
+    if depth is not None and depth < 0:
+        raise InvalidArgumentError(f"OneHot: depth must be non-negative, got: {depth}")
+    axis = attrs.get("axis", -1)
+    ids = i.shape
+    if ids is None:
+        return [Spec(None, on.dtype)]
+    if axis != -1 and not 0 <= axis <= len(ids):
+        raise InvalidArgumentError(
+            f"OneHot: expected axis to be -1 or between [0, {len(ids) + 1}). But received: {axis}")
+    a = len(ids) if axis == -1 else axis
+    return [Spec(ids[:a] + (depth,) + ids[a:], on.dtype)]
+
+
+@shape_fn("Where")
+def where(inputs, attrs):
+    x = inputs[0]
+    r = x.rank
+    n = None if x.value is None else int(np.count_nonzero(x.value))
+    return [Spec((n, r), I64)]
