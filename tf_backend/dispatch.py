@@ -79,6 +79,12 @@ def info_for(op):
         return info
 
 
+def ensure_loaded():
+    """Kernel and shape-fn modules imported (idempotent)."""
+    kernels.load("cpu")
+    shape_fns.load_all()
+
+
 def refresh():
     """Recompute ownership after kernels or shape fns were (un)registered."""
     _infos.clear()

@@ -30,6 +30,7 @@ class Unlowerable(Exception):
 
 
 def lower(graph, name):
+    dispatch.ensure_loaded()
     prog = Program(name)
     env = {}
     for t in graph.inputs:

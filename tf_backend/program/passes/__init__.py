@@ -1,11 +1,21 @@
-"""Program passes, each a small module: `run(program) -> program` (in place), notes in program.notes."""
+"""Program passes, each a small module: `run(program) -> program` (in place), notes in program.notes.
+
+TF_BACKEND_DISABLE_PASSES=fuse_elementwise,const_fold turns passes off (for A/B and debugging).
+"""
+import os
+
 from . import const_fold, dce, fuse_elementwise, identity, shapes
 
 PIPELINE = (identity, shapes, const_fold, dce, fuse_elementwise)
 
 
+def enabled_passes():
+    off = {p.strip() for p in os.environ.get("TF_BACKEND_DISABLE_PASSES", "").split(",") if p.strip()}
+    return [p for p in PIPELINE if p.__name__.rsplit(".", 1)[-1] not in off]
+
+
 def optimize(prog):
-    for p in PIPELINE:
+    for p in enabled_passes():
         p.run(prog)
         prog.finalize()
     for n in prog.nodes:

@@ -1,0 +1,130 @@
+"""Each program pass on small functions: what it changes, and that results do not change."""
+import numpy as np
+import pytest
+
+import tf_backend
+from tf_backend import functions
+from tf_backend.program import lower, passes
+from tf_backend.program.passes import const_fold, dce, fuse_elementwise, identity, shapes
+
+
+def _program(tf, fn, *args):
+    cf = tf.function(fn).get_concrete_function(*args)
+    prog = lower.lower(cf.graph, "test")
+    return prog
+
+
+def _run(tf, fn, *args, disable=""):
+    import os
+    old = os.environ.get("TF_BACKEND_DISABLE_PASSES")
+    os.environ["TF_BACKEND_DISABLE_PASSES"] = disable
+    functions.clear_cache()
+    try:
+        with tf_backend.enabled():
+            return [np.asarray(t) for t in tf.nest.flatten(tf.function(fn)(*args))]
+    finally:
+        functions.clear_cache()
+        if old is None:
+            os.environ.pop("TF_BACKEND_DISABLE_PASSES")
+        else:
+            os.environ["TF_BACKEND_DISABLE_PASSES"] = old
+
+
+def test_identity_pass_removes_aliases(tf):
+    prog = _program(tf, lambda x: tf.identity(tf.identity(x) * 2.0), tf.ones(3))
+    n_alias = sum(n.kind == "alias" for n in prog.nodes)
+    assert n_alias >= 2
+    identity.run(prog)
+    prog.finalize()
+    assert not any(n.kind == "alias" for n in prog.nodes)
+    assert any("identity" in note for note in prog.notes)
+
+
+def test_shapes_pass_sets_static_specs(tf):
+    prog = _program(tf, lambda x: tf.matmul(x, x) + 1.0, tf.ones((4, 4)))
+    shapes.run(prog)
+    mm = next(n for n in prog.nodes if n.op == "MatMul")
+    assert mm.out_specs[0].shape == (4, 4)
+
+
+def test_const_fold_folds_constant_subgraphs(tf):
+    def f(x):
+        c = tf.constant([1.0, 2.0]) * 3.0 + tf.constant([0.5, 0.5])   # constant
+        return x + c
+
+    prog = _program(tf, f, tf.ones(2))
+    before = len(prog.nodes)
+    passes.optimize(prog)
+    assert len(prog.nodes) < before
+    assert any("const_fold" in note for note in prog.notes)
+    ref = np.asarray(f(tf.ones(2)))
+    np.testing.assert_array_equal(_run(tf, f, tf.ones(2))[0], ref)
+
+
+def test_dce_keeps_effects_drops_dead_code(tf):
+    v = tf.Variable(0.0)
+
+    def f(x):
+        unused = tf.exp(x) * 5.0  # noqa: F841 - dead
+        v.assign_add(1.0)         # an effect: must stay
+        return x + 1.0
+
+    prog = _program(tf, f, tf.ones(2))
+    identity.run(prog)
+    prog.finalize()
+    dce.run(prog)
+    prog.finalize()
+    ops = [n.op for n in prog.nodes]
+    assert "Exp" not in ops and "AssignAddVariableOp" in ops
+
+
+@pytest.mark.parametrize("shape,bshape", [((64, 33), (64, 33)), ((2, 128, 96), (2, 128, 1)),
+                                          ((2, 128, 96), (96,)), ((300, 500), ())])
+def test_fusion_matches_unfused_bit_for_bit_and_stock(tf, shape, bshape):
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.standard_normal(shape).astype(np.float32))
+    b = tf.constant(rng.standard_normal(bshape).astype(np.float32))
+
+    def f(x, b):
+        y = 0.5 * x * (1.0 + tf.tanh(0.79788456 * (x + 0.044715 * x * x * x)))
+        return tf.nn.relu(y - b) * b + tf.sigmoid(x)
+
+    fused = _run(tf, f, x, b)
+    unfused = _run(tf, f, x, b, disable="fuse_elementwise")
+    np.testing.assert_array_equal(fused[0], unfused[0])
+    tf_backend.disable()
+    ref = np.asarray(tf.function(f)(x, b))
+    np.testing.assert_allclose(fused[0], ref, rtol=1e-5, atol=1e-6)
+    prog = _program(tf, f, x, b)
+    passes.optimize(prog)
+    assert prog.fusions >= 1 and sum(n.kind == "fused" for n in prog.nodes) >= 1
+
+
+def test_fusion_falls_back_unfused_for_general_broadcast(tf):
+    x = tf.constant(np.arange(12, dtype=np.float32).reshape(3, 1, 4))
+    b = tf.constant(np.arange(10, dtype=np.float32).reshape(5, 2))
+
+    @tf.function(reduce_retracing=True)
+    def f(x, b):
+        return tf.nn.relu(x - 1.0) * 2.0 + tf.reduce_sum(b)
+
+    tf_backend.disable()
+    ref = np.asarray(f(x, b))
+    with tf_backend.enabled():
+        np.testing.assert_array_equal(np.asarray(f(x, b)), ref)
+
+
+def test_dump_writes_before_and_after(tf, tmp_path, monkeypatch):
+    monkeypatch.setenv("TF_BACKEND_DUMP", str(tmp_path))
+    functions.clear_cache()
+
+    @tf.function
+    def f(x):
+        return tf.nn.relu(tf.identity(x) * 2.0 + 1.0)
+
+    with tf_backend.enabled():
+        f(tf.ones(4))
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert any(n.endswith(".before.txt") for n in files) and any(n.endswith(".after.txt") for n in files)
+    after = next(p for p in tmp_path.iterdir() if p.name.endswith(".after.txt")).read_text()
+    assert "fused[" in after and "program __inference_f" in after
