@@ -1,1 +1,92 @@
-"""Shape functions: norm ops."""
+"""Shape functions: FusedBatchNormV3 and FusedBatchNormGradV3.
+
+Stock CPU TensorFlow runs 4-D float32 (and bfloat16) batch norm on oneDNN and everything else
+(5-D NDHWC, float16) on Eigen; the two differ in reserve-space shapes (oneDNN: reserve_space_3
+is [0] and the gradient's reserve_space_4/5 are scalars; Eigen: [] and [0]). We run the oneDNN
+cases and leave 5-D formats to TensorFlow.
+"""
+import numpy as np
+
+from .errors import InvalidArgumentError, Unsupported
+from .registry import shape_fn
+from .spec import Spec, fmt_shape
+
+
+def channel_axis(attrs):
+    fmt = attrs.get("data_format", "NHWC") or "NHWC"
+    if fmt == "NHWC":
+        return 3
+    if fmt == "NCHW":
+        return 1
+    raise Unsupported(f"attr:data_format={fmt}")   # 5-D formats run on Eigen
+
+
+def _rank(spec, rank, msg):
+    if spec.shape is not None and len(spec.shape) != rank:
+        raise InvalidArgumentError(f"{msg}{fmt_shape(spec.shape)}")
+
+
+def _size(spec):
+    if spec.shape is None or any(d is None for d in spec.shape):
+        return None
+    return int(np.prod(spec.shape, dtype=np.int64))
+
+
+def _same_channels(spec, c, msg):
+    n = _size(spec)
+    if n is not None and c is not None and n != c:
+        raise InvalidArgumentError(f"{msg} must have the same number of elements as the channels "
+                                   f"of x, got {n} and {c}")
+
+
+def _channels(x, axis):
+    return None if x.shape is None else x.shape[axis]
+
+
+def _vector(spec, c):
+    return Spec(spec.shape if spec.shape is not None else (c,), spec.dtype)
+
+
+@shape_fn("FusedBatchNormV3", value_free=True)
+def fused_batch_norm(inputs, attrs):
+    x, scale, offset, mean, var = inputs
+    axis = channel_axis(attrs)
+    _rank(x, 4, "input must be 4-dimensional")
+    for spec, what in ((scale, "scale"), (offset, "offset"), (mean, "estimated_mean"),
+                       (var, "estimated_variance")):
+        _rank(spec, 1, f"{what} must be 1-dimensional")
+    c = _channels(x, axis)
+    _same_channels(scale, c, "scale")
+    _same_channels(offset, c, "offset")
+    training = attrs.get("is_training", True)
+    factor = attrs.get("exponential_avg_factor", 1.0)
+    if not training or factor != 1.0:
+        prefix = "When is_training=false" if not training else "When exponential_avg_factor != 1"
+        _same_channels(mean, c, f"{prefix}, mean")
+        _same_channels(var, c, f"{prefix}, variance")
+    u = scale.dtype
+    vec = _vector(scale, c)
+    return [Spec(x.shape, x.dtype), vec, vec, vec, vec, Spec((0,), u)]
+
+
+@shape_fn("FusedBatchNormGradV3", value_free=True)
+def fused_batch_norm_grad(inputs, attrs):
+    dy, x, scale, r1, r2, _ = inputs
+    axis = channel_axis(attrs)
+    _rank(dy, 4, "input must be 4-dimensional")
+    _rank(x, 4, "input must be 4-dimensional")
+    _rank(scale, 1, "scale must be 1-dimensional")
+    _rank(r1, 1, "saved mean must be 1-dimensional")
+    _rank(r2, 1, "saved variance must be 1-dimensional")
+    if dy.fully_defined and x.fully_defined and dy.shape != x.shape:
+        raise InvalidArgumentError(
+            f"x and y_backprop must have same shape, but x has shape {fmt_shape(x.shape)} and "
+            f"y_backprop has shape {fmt_shape(dy.shape)}")
+    c = _channels(x, axis)
+    _same_channels(scale, c, "scale")
+    _same_channels(r1, c, "reserve_space_1")
+    _same_channels(r2, c, "reserve_space_2")
+    shape = x.shape if x.shape is not None else dy.shape
+    vec = _vector(scale, c)
+    # oneDNN's reserve_space_4/5 are scalars (TF's graph inference says [0])
+    return [Spec(shape, x.dtype), vec, vec, Spec((), scale.dtype), Spec((), scale.dtype)]
