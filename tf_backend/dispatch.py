@@ -9,7 +9,7 @@ import kernels
 import shape_fns
 from shape_fns import BackendError, Spec, Unsupported, describe
 
-from . import alloc, ledger, tf_adapter as tfa
+from . import executor, ledger, tf_adapter as tfa
 
 # Ops we never run, whatever is registered (DESIGN.md §5). Stateful ops and ops that touch
 # resources, variants or strings are excluded by their OpDef as well.
@@ -221,9 +221,8 @@ def run(info, kdef, arrays, attrs, attrs_key=None):
     attrs_key: a hashable key of the attrs (the flat attr tuple), enabling the spec cache.
     """
     try:
-        out_specs = _out_specs(info, arrays, attrs, attrs_key)
-        outs = [alloc.empty(s.shape, s.dtype) for s in out_specs]
-        kdef.fn(arrays, outs, attrs)
+        outs = executor.run_kernel(kdef, info.shape_fn, arrays, attrs,
+                                   _out_specs(info, arrays, attrs, attrs_key))
     except Unsupported as u:
         return _fallback(info, u.reason)
     except BackendError as e:

@@ -16,7 +16,7 @@ import numpy as np
 
 from shape_fns import Spec, Unsupported
 
-from . import alloc, tf_adapter as tfa
+from . import alloc, ledger, tf_adapter as tfa
 
 _DONE = object()
 
@@ -191,6 +191,7 @@ def run(prog, args, threads_pool=None, serial=False):
                 if item is _DONE:
                     break
                 r.work(item)
+    ledger.program_ops(prog.op_counts)
     if failed:
         raise _Raise(min(failed.values(), key=lambda f: f.node.id))
     return [vals[s] for s in prog.outputs]

@@ -50,6 +50,22 @@ def uncount_fallback(op, reason):
             s.reasons.pop(reason, None)
 
 
+def program_ops(op_counts):
+    """One program run: its nodes' ops, on our kernels or TensorFlow's (sub-programs report their
+    own runs, so loops count every iteration)."""
+    with _lock:
+        for op, (n_backend, reasons) in op_counts.items():
+            s = _ops.get(op)
+            if s is None:
+                s = _ops[op] = _OpStats()
+            if n_backend:
+                s.backend += n_backend
+                s.kernels["program"] = s.kernels.get("program", 0) + n_backend
+            for r, n in reasons.items():
+                s.fallback += n
+                s.reasons[r] = s.reasons.get(r, 0) + n
+
+
 def error(op):
     """A call that ran our shape fn/kernel and raised the user's error (bad input)."""
     s = _get(op)

@@ -1,8 +1,8 @@
 """The arms of a comparison: (stock | ours) x (eager | tf.function | XLA), one callable each.
 
-"ours function" runs a tf.function with the backend enabled. Until tf.function interception
-lands, the function body runs on TensorFlow's executor and the ledger shows one fallback per
-call (the function-call op): the arm is still timed and reported as it is.
+"ours function" runs a tf.function with the backend enabled: whether its body ran on our
+executor, and which nodes fell back to TensorFlow, shows in the ledger's "functions" section.
+XLA is a stock-only arm (jit_compile functions are left to TensorFlow).
 """
 import numpy as np
 

@@ -7,10 +7,10 @@ from . import arms as arms_mod, compare, optimes, schema, timing
 
 class Options:
     def __init__(self, repeats=20, warmup=2, rewarm=1, arms=None, reduction_len=4096,
-                 op_time_calls=3, budget_s=None, inner=1):
+                 op_time_calls=3, budget_s=None, inner=1, min_rounds=3):
         self.repeats, self.warmup, self.rewarm, self.arms = repeats, warmup, rewarm, arms
         self.reduction_len, self.op_time_calls = reduction_len, op_time_calls
-        self.budget_s, self.inner = budget_s, inner
+        self.budget_s, self.inner, self.min_rounds = budget_s, inner, min_rounds
 
     def as_dict(self):
         return dict(vars(self))
@@ -48,7 +48,7 @@ def compare_arms(tf, fn, inputs, opts, progress=None):
     timing.warm_up(arms, opts.warmup, progress)
     coverage = {a.name: ledger_per_call(a) for a in arms if a.side == "ours"}
     samples = timing.measure(arms, opts.repeats, opts.rewarm, opts.inner, opts.budget_s,
-                             progress=progress)
+                             opts.min_rounds, progress)
     top = {}
     if opts.op_time_calls:
         for arm in arms:

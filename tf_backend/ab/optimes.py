@@ -83,5 +83,5 @@ def profile(arm, calls=3):
     ops = [{"op": op, "calls": c / calls, "total_s": s / calls}
            for op, (c, s) in rec.ops.items()]
     ops.sort(key=lambda o: -o["total_s"])
-    return {"calls": calls, "wall_s": wall / calls, "op_s": sum(o["total_s"] for o in ops),
+    return {"calls": calls, "wall_s": wall / calls, "op_s": float(sum(o["total_s"] for o in ops)),
             "ops": ops}

@@ -29,11 +29,12 @@ def table(rows, right=()):
 def _header(doc):
     t, s, e = doc["target"], doc["settings"], doc["environment"]
     ins = ", ".join(f"{i['dtype']}[{','.join(map(str, i['shape']))}]" for i in t.get("inputs", []))
-    what = " ".join(t["command"]) if "command" in t else t["name"]
+    what = (f"{t['name']}: {' '.join(t['command'])}" if "command" in t else t["name"])
     lines = [f"tfb ab: {t['kind']} {what}" + (f"  inputs {ins}" if ins else ""),
              f"  TensorFlow {e['tf_version']}, tf_backend {e['tf_backend_version']}, "
-             f"{e['cpus']} CPUs, load average {_load(e)}; {s.get('repeats')} rounds, "
-             f"{s.get('warmup')} warm-up"]
+             f"{e['cpus']} CPUs, load average {_load(e)}; "
+             + (f"{s.get('repeats')} run(s) per side" if "command" in t else
+                f"{s.get('repeats')} rounds, {s.get('warmup')} warm-up")]
     lines += [f"  note: {n}" for n in t.get("notes", [])]
     return lines
 
@@ -55,7 +56,8 @@ def runs_lines(runs):
         rows.append((r["label"], fmt_time(sm["median_s"]),
                      f"{fmt_time(sm['q1_s'])} - {fmt_time(sm['q3_s'])}", fmt_time(sm["min_s"]),
                      str(sm["n"]), f"{sm['median_s'] / ref:.2f}x" if ref else "-"))
-    return table(rows, right={1, 3, 4, 5})
+    errors = [f"  {r['label']} FAILED: {r['error']}" for r in runs if r["summary"] and r["error"]]
+    return table(rows, right={1, 3, 4, 5}) + errors
 
 
 def ratio_lines(ratios):
@@ -105,9 +107,43 @@ def coverage_lines(coverage, max_reasons=6):
             shown = [f"{op}×{n} ({', '.join(sorted(r))})" for n, op, r in fb[:max_reasons]]
             more = f", +{len(fb) - max_reasons} more op types" if len(fb) > max_reasons else ""
             lines.append("    fell back: " + ", ".join(shown) + more)
-        if arm == "ours_function" and not t["backend"]:
-            lines.append("    (tf.function is not intercepted yet: the function runs on "
+        lines += function_lines(led.get("functions") or {})
+        if arm == "ours_function" and not t["backend"] and not led.get("functions"):
+            lines.append("    (no tf.function reached the backend: the function ran on "
                          "TensorFlow's executor)")
+    return lines
+
+
+def node_coverage(led):
+    """Share of tf.function nodes that ran on backend kernels, or None without programs."""
+    if not led or not led.get("functions"):
+        return None
+    nk = sum(sum((f.get("kernel_nodes") or {}).values()) for f in led["functions"].values())
+    nf = sum(sum((f.get("fallback_nodes") or {}).values()) for f in led["functions"].values())
+    return nk / (nk + nf) if nk + nf else None
+
+
+def _pct(x):
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def function_lines(functions, max_nodes=6):
+    """Compiled tf.functions (programs) from the ledger: calls, node kernels, node fallbacks."""
+    lines = []
+    for name, f in functions.items():
+        kn, fn = f.get("kernel_nodes") or {}, f.get("fallback_nodes") or {}
+        nk, nf = sum(kn.values()), sum(fn.values())
+        state = ("compiled" if f.get("compiled") else
+                 f"not compiled ({f.get('reason')})" if "compiled" in f else "seen")
+        lines.append(f"    function {name}: {state}, {f.get('calls', 0)} calls on our executor, "
+                     f"{f.get('fallback_calls', 0)} on TensorFlow's; nodes {nk} on backend "
+                     f"kernels, {nf} on TensorFlow kernels"
+                     + (f" ({100 * nk / (nk + nf):.1f}% on backend)" if nk + nf else ""))
+        if fn:
+            top = sorted(fn.items(), key=lambda kv: -kv[1])
+            lines.append("      fallback nodes: " + ", ".join(f"{op}×{n}" for op, n in
+                                                              top[:max_nodes])
+                         + (f", +{len(top) - max_nodes} more" if len(top) > max_nodes else ""))
     return lines
 
 
@@ -131,10 +167,11 @@ def top_ops_lines(top, n=10):
 
 
 def ab_text(doc):
-    lines = _header(doc) + ["", "latency per call"] + runs_lines(doc["runs"])
+    script = doc["target"]["kind"] == "script"
+    lines = _header(doc) + ["", "wall time per run" if script else "latency per call"]
+    lines += runs_lines(doc["runs"])
     if doc["ratios"]:
         lines += [""] + ratio_lines(doc["ratios"])
-    script = doc["target"]["kind"] == "script"
     if script:
         lines += ["", "peak memory (max RSS) and exit codes"]
         for r in doc["runs"]:
@@ -157,7 +194,7 @@ def bench_text(doc):
     names = [a for a in ("stock_eager", "stock_function", "stock_xla", "ours_eager",
                          "ours_function") if a in doc["settings"]["arms"]]
     rows = [("workload",) + tuple(LABELS[a] for a in names)
-            + ("ours/stock eager", "ours/stock fn", "numerics", "coverage")]
+            + ("ours/stock eager", "ours/stock fn", "numerics", "coverage eager/fn")]
     for w in doc["workloads"]:
         med = {r["arm"]: r["summary"]["median_s"] for r in w["runs"] if r["summary"]}
         rat = {(r["numerator"], r["denominator"]): r for r in w["ratios"]}
@@ -169,8 +206,9 @@ def bench_text(doc):
         main = [n for n in w["numerics"] if n["arm"] == "ours_eager"]
         num = ("n/a" if not main else "ok" if all(n["verdict"] == "ok" for n in main)
                else "MISMATCH")
-        led = w["coverage"].get("ours_eager")
-        cov = f"{100 * led['totals']['coverage']:.0f}%" if led else "-"
+        led, fled = w["coverage"].get("ours_eager"), w["coverage"].get("ours_function")
+        cov = (f"{100 * led['totals']['coverage']:.0f}%" if led else "-") + " / " + \
+            _pct(node_coverage(fled))
         rows.append((w["name"],) + tuple(fmt_time(med.get(a)) if a in med else "failed"
                                          for a in names)
                     + (ratio(("ours_eager", "stock_eager")),

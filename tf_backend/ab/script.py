@@ -77,6 +77,13 @@ def _merge_ledgers(a, b):
         for k in ("reasons", "kernels"):
             for r, n in o[k].items():
                 m[k][r] = m[k].get(r, 0) + n
+    for name, f in (b.get("functions") or {}).items():
+        m = a.setdefault("functions", {}).get(name)
+        if m is None:
+            a["functions"][name] = f
+        else:
+            m["calls"] = m.get("calls", 0) + f.get("calls", 0)
+            m["fallback_calls"] = m.get("fallback_calls", 0) + f.get("fallback_calls", 0)
     back = sum(o["backend"] for o in a["ops"].values())
     fall = sum(o["fallback"] for o in a["ops"].values())
     a["totals"] = {"backend": back, "fallback": fall, "coverage": back / max(1, back + fall)}

@@ -53,6 +53,7 @@ class Program:
         self.fusions = 0
         # filled by finalize()
         self.succs = self.dep_counts = self.producer = None
+        self.op_counts = None   # per run: {op: (backend, {fallback reason: n})}
 
     def new_slot(self, name=""):
         s = self.n_slots
@@ -85,6 +86,17 @@ class Program:
             for p in preds:
                 self.succs[p].append(n.id)
             self.dep_counts[n.id] = len(preds)
+        counts = {}
+        for n in self.nodes:
+            if n.kind == "kernel":
+                counts.setdefault(n.op, [0, {}])[0] += 1
+            elif n.kind == "fused":
+                for op in n.fused_ops:
+                    counts.setdefault(op, [0, {}])[0] += 1
+            elif n.kind == "stock":
+                r = counts.setdefault(n.op, [0, {}])[1]
+                r[n.reason] = r.get(n.reason, 0) + 1
+        self.op_counts = counts
         return self
 
     def dump(self):
