@@ -313,3 +313,19 @@ def test_stress_many_threads_bounded_memory(tf):
         tracemalloc.stop()
     assert not errors, errors[:5]
     assert second - first < 2_000_000, f"memory grew by {second - first} bytes over 900 calls"
+
+
+def test_strict_mode_refuses_functions_with_eligible_fallback_nodes(tf):
+    @tf.function
+    def f(x):
+        return tf.math.special.bessel_i0e(x) + 1.0
+
+    @tf.function
+    def g(x):
+        v = tf.Variable(1.0) if False else None  # noqa: F841
+        return x * 2.0
+
+    with tf_backend.enabled("strict"):
+        with pytest.raises(tf.errors.UnimplementedError, match=r"BesselI0e \(not_registered\)"):
+            f(tf.ones(2))
+        np.testing.assert_allclose(np.asarray(g(tf.ones(2))), [2.0, 2.0])

@@ -17,11 +17,12 @@ _lock = threading.Lock()
 
 
 class Compiled:
-    __slots__ = ("name", "program", "reason", "const_outputs")
+    __slots__ = ("name", "program", "reason", "const_outputs", "strict_violations")
 
     def __init__(self, name, program=None, reason=None):
         self.name, self.program, self.reason = name, program, reason
         self.const_outputs = set()
+        self.strict_violations = []
 
 
 def compile_function(name, graph):
@@ -43,8 +44,20 @@ def compile_function(name, graph):
         return Compiled(name, reason=reason)
     c = Compiled(name, prog)
     c.const_outputs = {i for i, s in enumerate(prog.outputs) if s in prog.consts}
+    c.strict_violations = _eligible_fallbacks(prog)
     ledger.function_compiled(name, _node_summary(prog), None, time.perf_counter() - t0)
     return c
+
+
+def _eligible_fallbacks(prog):
+    """Nodes we were asked to run that stay on TensorFlow (strict mode refuses them)."""
+    out = []
+    for n in prog.nodes:
+        if n.kind == "stock" and n.reason not in ("never_intercept", "not_an_op"):
+            out.append(f"{n.op} ({n.reason}) at node '{n.name}'")
+        for sub in n.subs:
+            out.extend(_eligible_fallbacks(sub))
+    return out
 
 
 def _node_summary(prog):
@@ -88,6 +101,9 @@ def on_call(atomic_fn, args):
             raise tfa.tf_error(f"tf_backend strict mode: function {name} fell back to "
                                f"TensorFlow ({c.reason})", 12)
         return None
+    if dispatch.mode == "strict" and c.strict_violations:
+        raise tfa.tf_error(f"tf_backend strict mode: in function {name}, ops fell back to "
+                           f"TensorFlow: {'; '.join(c.strict_violations[:10])}", 12)
     try:
         outs = executor.run(c.program, args)
     except executor._Raise as e:
