@@ -37,12 +37,14 @@ def ab_parser():
                    help="FN() returns (fn, inputs); fn(*inputs) returns the outputs")
     i = p.add_argument_group("inputs")
     i.add_argument("--input-shape", action="append", metavar="D0,D1,...",
-                   help="shape of an input (repeat per input); default: the model's, batch filled in")
+                   help="shape of an input (repeat per input); default: the model's, with "
+                        "--batch filled in")
     i.add_argument("--batch", type=int, default=1, help="batch for a model's unknown batch dim")
     i.add_argument("--signature", help="SavedModel signature (default serving_default)")
     i.add_argument("--seed", type=int, default=0)
     m = p.add_argument_group("measurement")
-    m.add_argument("--repeats", type=int, help="timing rounds (default 20; scripts: 1 run per side)")
+    m.add_argument("--repeats", type=int,
+                   help="timing rounds (default 20; scripts: runs per side, default 1)")
     m.add_argument("--warmup", type=int, default=2, help="untimed calls per arm first")
     m.add_argument("--rewarm", type=int, default=1,
                    help="untimed calls after each side switch (enable() clears dispatch caches)")
