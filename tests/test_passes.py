@@ -128,3 +128,75 @@ def test_dump_writes_before_and_after(tf, tmp_path, monkeypatch):
     assert any(n.endswith(".before.txt") for n in files) and any(n.endswith(".after.txt") for n in files)
     after = next(p for p in tmp_path.iterdir() if p.name.endswith(".after.txt")).read_text()
     assert "fused[" in after and "program __inference_f" in after
+
+
+def test_epilogue_fuses_matmul_bias_activation_residual(tf):
+    rng = np.random.default_rng(2)
+    x = tf.constant(rng.standard_normal((16, 32)).astype(np.float32))
+    w = tf.constant(rng.standard_normal((32, 32)).astype(np.float32) * 0.2)
+    b = tf.constant(rng.standard_normal(32).astype(np.float32))
+
+    def f(x):
+        return tf.nn.relu(tf.nn.bias_add(tf.matmul(x, w), b)) + x
+
+    prog = _program(tf, f, x)
+    passes.optimize(prog)
+    kinds = [(n.kind, n.op) for n in prog.nodes]
+    assert ("fused", "MatMul+epilogue") in kinds, kinds
+    assert len(prog.nodes) == 1
+    ours = _run(tf, f, x)[0]
+    plain = _run(tf, f, x, disable="canonicalize,fuse_elementwise,epilogue,inplace")[0]
+    np.testing.assert_array_equal(ours, plain)
+    tf_backend.disable()
+    np.testing.assert_allclose(ours, np.asarray(tf.function(f)(x)), rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_inference_becomes_fused_affine(tf):
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.standard_normal((2, 6, 6, 8)).astype(np.float32))
+    filt = tf.constant(rng.standard_normal((3, 3, 8, 8)).astype(np.float32) * 0.2)
+    scale, offset = [tf.constant(rng.random(8).astype(np.float32) + 0.5) for _ in range(2)]
+    mean = tf.constant(rng.standard_normal(8).astype(np.float32))
+    var = tf.constant(rng.random(8).astype(np.float32) + 0.1)
+
+    def f(x):
+        y = tf.nn.conv2d(x, filt, 1, "SAME")
+        y, _, _ = tf.compat.v1.nn.fused_batch_norm(y, scale, offset, mean, var, epsilon=1e-3,
+                                                   is_training=False)
+        return tf.nn.relu(y)
+
+    prog = _program(tf, f, x)
+    passes.optimize(prog)
+    assert [n.op for n in prog.nodes] == ["Conv2D+epilogue"], prog.dump()
+    assert any("FusedBatchNormV3 -> affine" in note for note in prog.notes)
+    ours = _run(tf, f, x)[0]
+    tf_backend.disable()
+    np.testing.assert_allclose(ours, np.asarray(tf.function(f)(x)), rtol=1e-4, atol=1e-5)
+
+
+def test_inplace_reuses_dead_buffers(tf):
+    rng = np.random.default_rng(4)
+    a = tf.constant(rng.standard_normal((64, 64)).astype(np.float32))
+
+    def f(a):
+        y = tf.matmul(a, a)
+        z = tf.reduce_sum(y, axis=0)                      # keeps y alive past the fusion
+        return tf.exp(y) * 2.0 + tf.nn.relu(y), z
+
+    prog = _program(tf, f, a)
+    passes.optimize(prog)
+    ours = _run(tf, f, a)
+    tf_backend.disable()
+    ref = [np.asarray(t) for t in tf.function(f)(a)]
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours[1], ref[1], rtol=1e-4, atol=1e-3)
+
+    def g(a):
+        return tf.nn.relu(tf.exp(tf.transpose(a)) * 3.0 - 1.0)   # writes over the transpose
+
+    prog = _program(tf, g, a)
+    passes.optimize(prog)
+    assert any(n.inplace is not None for n in prog.nodes), prog.dump()
+    got = _run(tf, g, a)[0]
+    tf_backend.disable()
+    np.testing.assert_allclose(got, np.asarray(tf.function(g)(a)), rtol=1e-5, atol=1e-6)

@@ -249,9 +249,17 @@ def _poison(node, vals, failed, f):
 def execute(node, vals):
     kind = node.kind
     if kind == "fused":
-        return node.fn([as_numpy(vals[s]) for s in node.inputs], node.out_specs)
+        k = node.inplace
+        out = vals[node.inputs[k]] if k is not None else None
+        return node.fn([as_numpy(vals[s]) for s in node.inputs], node.out_specs,
+                       out=out if type(out) is np.ndarray and out.flags.writeable else None)
     if kind == "kernel":
         arrays = [as_numpy(vals[s]) for s in node.inputs]
+        k = node.inplace
+        if k is not None and type(vals[node.inputs[k]]) is np.ndarray and arrays[k].flags.writeable:
+            buf = arrays[k]
+            node.kdef.fn(arrays, [buf], node.attrs)
+            return [buf]
         try:
             return run_kernel(node.kdef, node.shape_fn, arrays, node.attrs, node.out_specs)
         except Unsupported:

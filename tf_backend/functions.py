@@ -65,8 +65,11 @@ def _node_summary(prog):
 
     def walk(p):
         for n in p.nodes:
-            if n.kind in ("kernel", "fused"):
+            if n.kind == "kernel":
                 kernels[n.op] = kernels.get(n.op, 0) + 1
+            elif n.kind == "fused":
+                for op in n.fused_ops:
+                    kernels[op] = kernels.get(op, 0) + 1
             elif n.kind == "stock":
                 key = f"{n.op}:{n.reason}"
                 stock[key] = stock.get(key, 0) + 1

@@ -123,8 +123,8 @@ def saved_model(tf, path, batch=1, input_shapes=None, seed=0, signature=None):
         out = sig(**dict(zip(names, xs)))
         return [out[k] for k in sorted(out)]
 
-    note = (f"signature {key!r}: a restored graph function, so every arm runs a function call "
-            f"(no eager ops for the backend to intercept)")
+    note = (f"signature {key!r} is a restored graph function: the eager arms call it as a "
+            f"function too (no eager ops; see the ledger's functions for what ran on ours)")
     t = Target("saved_model", path, fn, inputs, [note])
     t._keep = loaded  # the signature needs the loaded object alive
     return t

@@ -16,7 +16,7 @@ class Node:
     # ctrl: Node objects this node must run after (control edges)
     __slots__ = ("id", "name", "op", "kind", "inputs", "outputs", "ctrl", "attrs", "raw_attrs",
                  "kdef", "shape_fn", "value_free", "subs", "where", "reason", "out_specs",
-                 "heavy", "fused_ops", "fn", "stateful")
+                 "heavy", "fused_ops", "fn", "stateful", "inplace")
 
     def __init__(self, name, op, kind, inputs, outputs, ctrl=(), attrs=None, raw_attrs=(),
                  where=""):
@@ -35,6 +35,7 @@ class Node:
         self.fused_ops = ()
         self.fn = None
         self.stateful = False
+        self.inplace = None   # index of an input whose buffer receives the output
 
 
 class Program:
@@ -117,6 +118,8 @@ class Program:
                 extra.append(f"fallback:{n.reason}")
             if n.fused_ops:
                 extra.append("fused[" + " -> ".join(n.fused_ops) + "]")
+            if n.inplace is not None:
+                extra.append(f"inplace:%{n.inputs[n.inplace]}")
             if n.ctrl:
                 extra.append("after " + ",".join(f"#{c.id}" for c in n.ctrl))
             outs = ", ".join(slot(s) for s in n.outputs) or "-"

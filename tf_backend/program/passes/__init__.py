@@ -4,9 +4,9 @@ TF_BACKEND_DISABLE_PASSES=fuse_elementwise,const_fold turns passes off (for A/B 
 """
 import os
 
-from . import const_fold, dce, fuse_elementwise, identity, shapes
+from . import canonicalize, const_fold, dce, epilogue, fuse_elementwise, identity, inplace, shapes
 
-PIPELINE = (identity, shapes, const_fold, dce, fuse_elementwise)
+PIPELINE = (identity, canonicalize, shapes, const_fold, dce, fuse_elementwise, epilogue, inplace)
 
 
 def enabled_passes():

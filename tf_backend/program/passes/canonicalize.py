@@ -1,0 +1,101 @@
+"""Canonicalisation: rewrite ops into forms the fusion passes understand.
+
+- BiasAdd (NHWC) -> AddV2: the same arithmetic, a bias broadcast over the last dim.
+- FusedBatchNormV3 in inference (is_training=False, NHWC, only `y` used) ->
+  y = (x - mean) * (rsqrt(variance + epsilon) * scale) + offset, TensorFlow's own formula, as
+  elementwise ops on channel vectors, so the affine fuses into its neighbours.
+"""
+import numpy as np
+
+import kernels
+import shape_fns
+from shape_fns import Spec
+
+from ..ir import Node
+
+
+def kernel_node(name, op, inputs, outputs, dtype, where=""):
+    """A kernel node for an elementwise op, or None when no kernel takes this dtype."""
+    attrs = {"T": np.dtype(dtype)}
+    kdef, _ = kernels.lookup(op, "cpu", attrs)
+    fn = shape_fns.get(op)
+    if kdef is None or fn is None:
+        return None
+    n = Node(name, op, "kernel", inputs, outputs, attrs=attrs, where=where)
+    n.kdef, n.shape_fn, n.value_free = kdef, fn, op in shape_fns.VALUE_FREE
+    return n
+
+
+def run(prog):
+    consumers = {}
+    for n in prog.nodes:
+        for s in n.inputs:
+            consumers[s] = consumers.get(s, 0) + 1
+    for s in prog.outputs:
+        consumers[s] = consumers.get(s, 0) + 1
+    out, bias, bn = [], 0, 0
+    for n in prog.nodes:
+        if n.op == "BiasAdd" and n.kind == "kernel" and n.attrs.get("data_format", "NHWC") == "NHWC":
+            m = kernel_node(n.name, "AddV2", n.inputs, n.outputs, n.attrs["T"], n.where)
+            if m is not None:
+                m.ctrl, m.out_specs = n.ctrl, n.out_specs
+                out.append(m)
+                bias += 1
+                continue
+        if n.op == "FusedBatchNormV3" and _bn_inference(n, consumers):
+            new = _bn_affine(prog, n)
+            if new:
+                out.extend(new)
+                bn += 1
+                continue
+        out.append(n)
+    prog.nodes = out
+    if bias or bn:
+        prog.notes.append(f"canonicalize: {bias} BiasAdd -> AddV2, {bn} FusedBatchNormV3 -> affine")
+    return prog
+
+
+def _attr(n, k, default=None):
+    if k in n.attrs:
+        return n.attrs[k]
+    raw = dict(zip(n.raw_attrs[::2], n.raw_attrs[1::2]))
+    v = raw.get(k, default)
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _bn_inference(n, consumers):
+    if n.ctrl or _attr(n, "is_training", True) or _attr(n, "data_format", "NHWC") != "NHWC":
+        return False
+    return all(consumers.get(s, 0) == 0 for s in n.outputs[1:])
+
+
+def _bn_affine(prog, n):
+    x, scale, offset, mean, var = n.inputs
+    dt = prog.slot_specs.get(x)
+    us = prog.slot_specs.get(scale)
+    if dt is None or us is None or dt.dtype != us.dtype or dt.dtype.kind != "f":
+        return None
+    d = dt.dtype
+    eps = prog.new_slot(n.name + "/epsilon")
+    prog.consts[eps] = np.asarray(_attr(n, "epsilon", 1e-3), d)
+    t = [prog.new_slot(f"{n.name}/affine{i}") for i in range(4)]
+    chan = Spec(us.shape, d)
+    for s in t[:2]:
+        prog.slot_specs[s] = chan
+    for s in t[2:]:
+        prog.slot_specs[s] = Spec(dt.shape, d)
+    y = n.outputs[0]
+    steps = [("AddV2", [var, eps], [t[0]]), ("Rsqrt", [t[0]], [t[1]]),
+             ("Mul", [t[1], scale], ["factor"]), ("Sub", [x, mean], [t[2]]),
+             ("Mul", [t[2], "factor"], [t[3]]), ("AddV2", [t[3], offset], [y])]
+    factor = prog.new_slot(n.name + "/factor")
+    prog.slot_specs[factor] = chan
+    nodes = []
+    for op, ins, outs in steps:
+        ins = [factor if s == "factor" else s for s in ins]
+        outs = [factor if s == "factor" else s for s in outs]
+        m = kernel_node(f"{n.name}/{op}", op, ins, outs, d, n.where)
+        if m is None:
+            return None
+        nodes.append(m)
+    return nodes

@@ -1,0 +1,67 @@
+"""Epilogue fusion: a MatMul/Conv2D-like node and the elementwise node that consumes its result
+(bias, activation, batch-norm affine, residual add — after canonicalisation and elementwise
+fusion) become one node. The elementwise part runs in place on the GEMM/conv output buffer:
+no second allocation, no extra pass writing a new array."""
+from kernels.elementwise_table import TABLE
+
+from ... import executor
+from ..ir import Node
+
+PRODUCERS = {"MatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "DepthwiseConv2dNative",
+             "Einsum"}
+
+
+def _same_full_spec(prog, a, b):
+    sa, sb = prog.slot_specs.get(a), prog.slot_specs.get(b)
+    return (sa is not None and sb is not None and sa.fully_defined and sa.shape == sb.shape
+            and sa.dtype == sb.dtype)
+
+
+def run(prog):
+    consumers = {}
+    for n in prog.nodes:
+        for s in n.inputs:
+            consumers[s] = consumers.get(s, 0) + 1
+    for s in prog.outputs:
+        consumers[s] = consumers.get(s, 0) + 2
+    producer = {s: n for n in prog.nodes for s in n.outputs}
+    merged, replace = set(), {}
+    for n in prog.nodes:
+        if n.ctrl or not (n.kind == "fused" or (n.kind == "kernel" and n.op in TABLE)):
+            continue
+        for k, s in enumerate(n.inputs):
+            m = producer.get(s)
+            if (m is not None and m.kind == "kernel" and m.op in PRODUCERS and not m.ctrl
+                    and id(m) not in merged and consumers.get(s) == 1 and len(m.outputs) == 1
+                    and _same_full_spec(prog, s, n.outputs[0])):
+                merged.add(id(m))
+                replace[id(n)] = _merge(m, n, k)
+                break
+    if not replace:
+        return prog
+    prog.nodes = [replace.get(id(n), n) for n in prog.nodes if id(n) not in merged]
+    prog.fusions += len(replace)
+    prog.notes.append(f"epilogue: {len(replace)} GEMM/conv nodes fused with their epilogue")
+    return prog
+
+
+def _merge(m, n, k):
+    rest = [s for i, s in enumerate(n.inputs) if i != k]
+    e = Node(n.name, m.op + "+epilogue", "fused", list(m.inputs) + rest, list(n.outputs),
+             where=n.where)
+    e.fused_ops = (m.op,) + (n.fused_ops or (n.op,))
+    e.heavy = True
+    e.out_specs = n.out_specs
+    n_m = len(m.inputs)
+
+    def run_epilogue(arrays, out_specs, out=None):
+        buf = executor.run_kernel(m.kdef, m.shape_fn, arrays[:n_m], m.attrs, m.out_specs)[0]
+        ins = list(arrays[n_m:])
+        ins.insert(k, buf)
+        if n.kind == "fused":
+            return n.fn(ins, n.out_specs, out=buf)
+        n.kdef.fn(ins, [buf], n.attrs)
+        return [buf]
+
+    e.fn = run_epilogue
+    return e
