@@ -34,7 +34,7 @@ setup(
     description="TFRT-style runtime for TensorFlow: set TF_BACKEND=1, run TensorFlow code unchanged",
     packages=["tf_backend", "kernels", "kernels.cpu", "kernels.gpu", "shape_fns"],
     python_requires=">=3.10",
-    install_requires=["numpy>=1.26", "numba>=0.60", "absl-py"],
+    install_requires=["numpy>=1.26", "numba>=0.60", "absl-py", "threadpoolctl>=3"],
     extras_require={
         "cpu": ["tensorflow-cpu>=2.21,<2.22"],
         "gpu": ["cupy-cuda12x"],

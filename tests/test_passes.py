@@ -200,3 +200,20 @@ def test_inplace_reuses_dead_buffers(tf):
     got = _run(tf, g, a)[0]
     tf_backend.disable()
     np.testing.assert_allclose(got, np.asarray(tf.function(g)(a)), rtol=1e-5, atol=1e-6)
+
+
+def test_schedule_marks_only_programs_with_independent_heavy_nodes(tf):
+    a = tf.ones((256, 256))
+
+    def two_branch(a):
+        return tf.reduce_sum(tf.matmul(a, a) + 1.0) + tf.reduce_sum(tf.matmul(a * 2.0, a))
+
+    def chain(a):
+        return tf.matmul(tf.matmul(a, a), a)
+
+    p = _program(tf, two_branch, a)
+    passes.optimize(p)
+    assert p.parallel
+    p = _program(tf, chain, a)
+    passes.optimize(p)
+    assert not p.parallel

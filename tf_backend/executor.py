@@ -100,6 +100,38 @@ class Pool:
 _pool = None
 _pool_lock = threading.Lock()
 
+# The thread budget: while two or more heavy nodes execute at once, BLAS is held to one thread
+# (numba workers already use one), so the cores are not oversubscribed; with one heavy node
+# running, BLAS has its own threads back.
+_heavy = {"active": 0, "lib": None, "default": None}
+_heavy_lock = threading.Lock()
+
+
+def _blas_lib():
+    if _heavy["lib"] is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+            libs = ThreadpoolController().select(user_api="blas").lib_controllers
+            _heavy["lib"] = libs[0] if libs else False
+            _heavy["default"] = libs[0].num_threads if libs else None
+        except Exception:  # no threadpoolctl or no BLAS found: nothing to coordinate
+            _heavy["lib"] = False
+    return _heavy["lib"]
+
+
+def _heavy_enter():
+    with _heavy_lock:
+        _heavy["active"] += 1
+        if _heavy["active"] == 2 and _blas_lib():
+            _heavy["lib"].set_num_threads(1)
+
+
+def _heavy_exit():
+    with _heavy_lock:
+        _heavy["active"] -= 1
+        if _heavy["active"] == 1 and _blas_lib():
+            _heavy["lib"].set_num_threads(_heavy["default"])
+
 
 def default_threads():
     v = os.environ.get("TF_BACKEND_THREADS")
@@ -140,7 +172,14 @@ class _Run:
         local = [nid]
         while local:
             n = local.pop()
-            step(nodes[n], self.vals, self.failed)
+            if nodes[n].heavy:
+                _heavy_enter()
+                try:
+                    step(nodes[n], self.vals, self.failed)
+                finally:
+                    _heavy_exit()
+            else:
+                step(nodes[n], self.vals, self.failed)
             ready = []
             with self.lock:
                 for s in succs[n]:
@@ -171,7 +210,7 @@ def run(prog, args, threads_pool=None, serial=False):
         vals[s] = v
     p = threads_pool if threads_pool is not None else pool()
     failed = {}
-    if serial or p.size == 0 or len(prog.nodes) < 2 or not any(n.heavy for n in prog.nodes):
+    if serial or p.size == 0 or not prog.parallel:
         for n in prog.nodes:
             step(n, vals, failed)
     else:

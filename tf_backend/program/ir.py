@@ -52,6 +52,7 @@ class Program:
         self.slot_names = {}    # slot -> "node:idx" for dumps and errors
         self.notes = []         # pass log: what each pass did
         self.fusions = 0
+        self.parallel = False   # independent heavy nodes exist (schedule pass)
         # filled by finalize()
         self.succs = self.dep_counts = self.producer = None
         self.op_counts = None   # per run: {op: (backend, {fallback reason: n})}

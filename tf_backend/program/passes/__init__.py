@@ -4,9 +4,11 @@ TF_BACKEND_DISABLE_PASSES=fuse_elementwise,const_fold turns passes off (for A/B 
 """
 import os
 
-from . import canonicalize, const_fold, dce, epilogue, fuse_elementwise, identity, inplace, shapes
+from . import (canonicalize, const_fold, dce, epilogue, fuse_elementwise, identity, inplace,
+               schedule, shapes)
 
-PIPELINE = (identity, canonicalize, shapes, const_fold, dce, fuse_elementwise, epilogue, inplace)
+PIPELINE = (identity, canonicalize, shapes, const_fold, dce, fuse_elementwise, epilogue, inplace,
+            schedule)
 
 
 def enabled_passes():
