@@ -185,6 +185,13 @@ def _bits_f64(typingctx, i):
 
 
 @intrinsic
+def _f64_bits(typingctx, x):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
 def _fma(typingctx, a, b, c):
     def codegen(context, builder, sig, args):
         d = ir.DoubleType()
@@ -225,44 +232,97 @@ def exp64(z):
     return p * _bits_f64((h + 1023) << 52) * _bits_f64((ki - h + 1023) << 52)
 
 
-def _by_width(f32_impl, f64_impl):
-    """An overload body choosing the float32 (SIMD) or float64 (libm) implementation."""
-    def choose(x):
-        if isinstance(x, types.Float):
-            return f32_impl if x.bitwidth == 32 else f64_impl
-    return choose
+_SQRT2 = 1.4142135623730951
+_LN2 = 0.6931471805599453
 
 
+@_jit
+def log64(z):
+    """log(z) in float64 to ~1e-15 (enough for float32 results); z normal or special."""
+    # Straight-line code with selects (no early returns) so that loops vectorise.
+    b = _f64_bits(z)
+    e = (b >> 52) - 1023
+    m = _bits_f64((b & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000)   # z = m * 2**e, m in [1, 2)
+    big = m > _SQRT2
+    m = m * 0.5 if big else m
+    e = e + 1 if big else e
+    s = (m - 1.0) / (m + 1.0)       # log(m) = 2 atanh(s), |s| < 0.172
+    s2 = s * s
+    p = _fma(s2, 1.0 / 17, 1.0 / 15)
+    p = _fma(p, s2, 1.0 / 13)
+    p = _fma(p, s2, 1.0 / 11)
+    p = _fma(p, s2, 1.0 / 9)
+    p = _fma(p, s2, 1.0 / 7)
+    p = _fma(p, s2, 1.0 / 5)
+    p = _fma(p, s2, 1.0 / 3)
+    p = _fma(p, s2, 1.0)
+    r = _fma(float(e), _LN2, 2.0 * s * p)
+    r = r if z > 0 else (-math.inf if z == 0 else math.nan)
+    return z if z == math.inf else r
+
+
+@_jit
+def log1p64(z):
+    r = log64(1.0 + z)
+    return z * (1.0 - z * (0.5 - z * (1.0 / 3))) if abs(z) < 1e-4 else r
+
+
+def is_f32(x):
+    """True (a compile-time constant) when x is float32: selects a branch that LLVM keeps."""
+    raise NotImplementedError("numba only")
+
+
+@overload(is_f32)
+def _is_f32(x):
+    if isinstance(x, types.Float) and x.bitwidth == 32:
+        return lambda x: True
+    return lambda x: False
+
+
+# Each v* helper: the float64-internal SIMD version for float32, libm for float64. They are
+# inlined into the loops (numba IR inlining), so the loops vectorise.
+
+@_jit
 def vexp(x):
-    raise NotImplementedError("numba only")
+    return exp64(float(x)) if is_f32(x) else math.exp(x)
 
 
+@_jit
+def vlog(x):
+    return log64(float(x)) if is_f32(x) else math.log(x)
+
+
+@_jit
+def vlog1p(x):
+    return log1p64(float(x)) if is_f32(x) else math.log1p(x)
+
+
+@_jit
 def vsigmoid(x):
-    raise NotImplementedError("numba only")
+    if is_f32(x):
+        z = float(x)
+        e = exp64(-abs(z))
+        s = 1.0 / (1.0 + e)
+        return s if z >= 0 else e * s
+    return sigmoid(x)
 
 
+@_jit
 def vtanh(x):
-    raise NotImplementedError("numba only")
+    if is_f32(x):
+        z = float(x)
+        a = abs(z)
+        t = exp64(-2.0 * a)
+        r = (1.0 - t) / (1.0 + t)
+        r = r if z >= 0 else -r
+        z2 = z * z   # 1 - t cancels for small |z|: the series there
+        return z * (1.0 + z2 * (-1.0 / 3 + z2 * (2.0 / 15 + z2 * (-17.0 / 315)))) if a < 0.01 else r
+    return math.tanh(x)
 
 
-def _sigmoid32(x):
-    z = float(x)
-    e = exp64(-abs(z))
-    s = 1.0 / (1.0 + e)
-    return s if z >= 0 else e * s
-
-
-def _tanh32(x):
-    z = float(x)
-    a = abs(z)
-    if a < 0.01:   # 1 - t cancels for small |z|: use the series
-        z2 = z * z
-        return z * (1.0 + z2 * (-1.0 / 3 + z2 * (2.0 / 15 + z2 * (-17.0 / 315))))
-    t = exp64(-2.0 * a)
-    r = (1.0 - t) / (1.0 + t)
-    return r if z >= 0 else -r
-
-
-overload(vexp)(_by_width(lambda x: exp64(float(x)), lambda x: math.exp(x)))
-overload(vsigmoid)(_by_width(_sigmoid32, lambda x: sigmoid(x)))
-overload(vtanh)(_by_width(_tanh32, lambda x: math.tanh(x)))
+@_jit
+def vsoftplus(x):
+    if is_f32(x):
+        z = float(x)
+        return (z if z > 0 else 0.0) + log1p64(exp64(-abs(z)))
+    return softplus(x)
