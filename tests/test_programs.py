@@ -329,3 +329,25 @@ def test_strict_mode_refuses_functions_with_eligible_fallback_nodes(tf):
         with pytest.raises(tf.errors.UnimplementedError, match=r"BesselI0e \(not_registered\)"):
             f(tf.ones(2))
         np.testing.assert_allclose(np.asarray(g(tf.ones(2))), [2.0, 2.0])
+
+
+def test_programs_specialise_per_input_shape(tf, tmp_path, monkeypatch):
+    monkeypatch.setenv("TF_BACKEND_DUMP", str(tmp_path))
+    functions.clear_cache()
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32)])
+    def f(x):
+        return tf.nn.relu(x * 2.0 - 1.0) + tf.reduce_mean(x)
+
+    with tf_backend.enabled():
+        for rows in (3, 5, 3):
+            x = tf.constant(np.linspace(-1, 1, rows * 8, dtype=np.float32).reshape(rows, 8))
+            got = np.asarray(f(x))
+            tf_backend.disable()
+            np.testing.assert_allclose(got, np.asarray(f(x)), rtol=1e-6)
+            tf_backend.enable()
+        c = next(iter(functions._cache.values()))
+        assert c.dynamic == (0,) and set(c.specialized) == {((3, 8),), ((5, 8),)}
+    spec = [p for p in tmp_path.iterdir() if "specialized" in p.name]
+    assert len(spec) == 2 and "[3,8]" in spec[0].read_text() + spec[1].read_text()
+    functions.clear_cache()

@@ -17,12 +17,19 @@ _lock = threading.Lock()
 
 
 class Compiled:
-    __slots__ = ("name", "program", "reason", "const_outputs", "strict_violations")
+    __slots__ = ("name", "program", "reason", "const_outputs", "strict_violations", "graph",
+                 "dynamic", "specialized")
 
     def __init__(self, name, program=None, reason=None):
         self.name, self.program, self.reason = name, program, reason
         self.const_outputs = set()
         self.strict_violations = []
+        self.graph = None
+        self.dynamic = ()        # input positions whose static shape has unknown dims
+        self.specialized = {}    # concrete shapes of those inputs -> Program
+
+
+MAX_SPECIALIZED = 8
 
 
 def compile_function(name, graph):
@@ -43,10 +50,44 @@ def compile_function(name, graph):
         ledger.function_compiled(name, None, reason, time.perf_counter() - t0)
         return Compiled(name, reason=reason)
     c = Compiled(name, prog)
+    c.graph = graph
     c.const_outputs = {i for i, s in enumerate(prog.outputs) if s in prog.consts}
     c.strict_violations = _eligible_fallbacks(prog)
+    c.dynamic = tuple(i for i, s in enumerate(prog.inputs)
+                      if prog.slot_specs[s].dtype.kind != "O" and not prog.slot_specs[s].fully_defined)
     ledger.function_compiled(name, _node_summary(prog), None, time.perf_counter() - t0)
     return c
+
+
+def specialize(c, shapes):
+    """A program compiled for concrete shapes of the dynamic inputs (static specs everywhere:
+    allocation without shape fns, fusion plans and buffer reuse decided once)."""
+    try:
+        prog = lower.lower(c.graph, c.name)
+        for i, shape in zip(c.dynamic, shapes):
+            s = prog.inputs[i]
+            prog.slot_specs[s] = Spec(shape, prog.slot_specs[s].dtype)
+        passes.optimize(prog)
+        prog.notes.append(f"specialized for input shapes {shapes}")
+        _dump(prog, "specialized")
+        return prog
+    except Exception:  # the generic program still runs these shapes
+        return None
+
+
+def _program_for(c, args):
+    if not c.dynamic:
+        return c.program
+    shapes = tuple(tfa.shape_tuple(args[i]) for i in c.dynamic)
+    prog = c.specialized.get(shapes)
+    if prog is None:
+        if len(c.specialized) >= MAX_SPECIALIZED:
+            return c.program
+        with _lock:
+            prog = c.specialized.get(shapes)
+            if prog is None:
+                prog = c.specialized[shapes] = specialize(c, shapes) or c.program
+    return prog
 
 
 def _eligible_fallbacks(prog):
@@ -84,6 +125,8 @@ def _dump(prog, stage):
     if not d:
         return
     os.makedirs(d, exist_ok=True)
+    if stage == "specialized":
+        stage = f"specialized{len(os.listdir(d))}"
     with open(os.path.join(d, f"{prog.name}.{stage}.txt"), "w") as f:
         f.write(prog.dump() + "\n")
 
@@ -108,7 +151,7 @@ def on_call(atomic_fn, args):
         raise tfa.tf_error(f"tf_backend strict mode: in function {name}, ops fell back to "
                            f"TensorFlow: {'; '.join(c.strict_violations[:10])}", 12)
     try:
-        outs = executor.run(c.program, args)
+        outs = executor.run(_program_for(c, args), args)
     except executor._Raise as e:
         raise _to_tf_error(e.failed, name) from None
     ledger.function_called(name, fallback=False)

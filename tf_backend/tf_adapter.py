@@ -440,3 +440,8 @@ def make_tensor_any(arr):
         return make_tensor(arr if arr.flags.c_contiguous else arr.copy(order="C"))
     import tensorflow as tf
     return tf.constant(arr)
+
+
+def shape_tuple(t):
+    """A tensor's shape as a tuple of ints (EagerTensor fast accessor)."""
+    return t._shape_tuple()
