@@ -445,3 +445,10 @@ def make_tensor_any(arr):
 def shape_tuple(t):
     """A tensor's shape as a tuple of ints (EagerTensor fast accessor)."""
     return t._shape_tuple()
+
+
+def pywrap():
+    """TensorFlow's pywrap_tfe module (for tools that wrap the entry points, e.g. tfb ab's
+    per-op timer)."""
+    from tensorflow.python import pywrap_tfe
+    return pywrap_tfe

@@ -56,7 +56,7 @@ def _wrap(rec, orig, op_index, counts_on_error):
 @contextlib.contextmanager
 def recording():
     """Record per-op-type times of eager ops run inside the block."""
-    pywrap = tfa._tf()[0]
+    pywrap = tfa.pywrap()
     rec = Recorder()
     saved = {n: getattr(pywrap, n) for n in _ENTRY_POINTS if hasattr(pywrap, n)}
     # fast path: (ctx, op_name, ...); an exception there is usually a bounce to the slow path
