@@ -1,11 +1,13 @@
 """CPU kernels: DepthwiseConv2dNative and its backprops as direct numba loops over image rows.
 
-The filter (KH, KW, C, M) is read as (KH, KW, C*M): output channel c*M+m sees input channel c.
-Each loop owns whole output rows (forward, input gradient) or a chunk of rows with its own
-partial sums (filter gradient), so threads never share a write. Loops visit only the taps that
-fall inside the image, as oneDNN (float32) does; TF's Eigen kernels (float64) multiply padding
-zeros by the other operand, which differs only when that operand holds Inf/NaN: those inputs go
-back to TensorFlow. NCHW (float32 only) is transposed in and out.
+A filter (KH, KW, C, M) is run as a channel-wise one over C*M channels, the input's channels
+repeated M times (the input gradient sums them back). Each loop owns whole output rows (forward,
+input gradient) or a chunk of rows with its own partial sums (filter gradient), so threads never
+share a write; with unit width stride each tap is one contiguous multiply-add over a row.
+Loops visit only the taps that fall inside the image, as oneDNN (float32) does; TF's Eigen
+kernels (float64) multiply padding zeros by the other operand, which differs only when that
+operand holds Inf/NaN: those inputs go back to TensorFlow. NCHW (float32 only) is transposed in
+and out.
 """
 import numpy as np
 from numba import njit, prange
@@ -18,6 +20,8 @@ from .conv_ops import nhwc_in, nhwc_out
 
 FLOATS = (np.float32, np.float64)
 PARALLEL_MIN = 1 << 16   # multiply-adds; below this one thread is faster
+TILE_FLOATS = 512        # a tiled filter tap spans this many values (L1-resident, 9 taps)
+ROWS_PER_CHUNK = 64      # output rows summed in the array dtype before combining in float64
 
 
 def _ow_range(off, sw, W, OW):
@@ -28,121 +32,235 @@ def _ow_range(off, sw, W, OW):
     return ow0, max(ow0, min(OW, (W - 1 - off) // sw + 1))
 
 
-def _forward(x, f, out, sh, sw, dh, dw, pt, pl):
+def _tap(orow, xrow, fk, ft, ow0, ow1, off, sw, C):
+    """orow[ow] += xrow[ow*sw + off] * one filter tap for ow in [ow0, ow1).
+
+    With sw == 1 in contiguous runs against ft, the tap tiled over a few pixels (B*C values, B =
+    ft.size // C); else pixel by pixel with fk (C,).
+    """
+    if sw == 1:
+        B = ft.size // C
+        for o in range(ow0, ow1, B):
+            L = min(B, ow1 - o) * C
+            dst = orow[o * C:o * C + L]
+            src = xrow[(o + off) * C:(o + off) * C + L]
+            for j in range(L):
+                dst[j] += src[j] * ft[j]
+    else:
+        for ow in range(ow0, ow1):
+            dst = orow[ow * C:ow * C + C]
+            src = xrow[(ow * sw + off) * C:(ow * sw + off) * C + C]
+            for c in range(C):
+                dst[c] += src[c] * fk[c]
+
+
+def _row3(dst, r, fa, fb, fc, s, e, L, first):
+    """dst[:L] (+)= one filter row's three taps over input row r from offset s, step e.
+
+    One row of taps per pass keeps seven streams per loop, few enough for LLVM's runtime alias
+    checks, so the loop vectorises (all nine taps in one loop do not).
+    """
+    a, b, c = r[s:s + L], r[s + e:s + e + L], r[s + 2 * e:s + 2 * e + L]
+    if first:
+        for j in range(L):
+            dst[j] = a[j] * fa[j] + b[j] * fb[j] + c[j] * fc[j]
+    else:
+        for j in range(L):
+            dst[j] += a[j] * fa[j] + b[j] * fb[j] + c[j] * fc[j]
+
+
+def _interior3(orow, r0, r1, r2, f, ft, owa, owb, sw, dw, pl, C):
+    """orow[owa:owb] = the full 3x3 window sum, rows r0..r2 (all taps inside the image)."""
+    e = dw * C
+    if sw == 1:
+        B = ft.shape[2] // C
+        for o in range(owa, owb, B):
+            L = min(B, owb - o) * C
+            s = (o - pl) * C
+            dst = orow[o * C:o * C + L]
+            _row3(dst, r0, ft[0, 0], ft[0, 1], ft[0, 2], s, e, L, True)
+            _row3(dst, r1, ft[1, 0], ft[1, 1], ft[1, 2], s, e, L, False)
+            _row3(dst, r2, ft[2, 0], ft[2, 1], ft[2, 2], s, e, L, False)
+        return
+    for ow in range(owa, owb):
+        s = (ow * sw - pl) * C
+        dst = orow[ow * C:ow * C + C]
+        _row3(dst, r0, f[0, 0], f[0, 1], f[0, 2], s, e, C, True)
+        _row3(dst, r1, f[1, 0], f[1, 1], f[1, 2], s, e, C, False)
+        _row3(dst, r2, f[2, 0], f[2, 1], f[2, 2], s, e, C, False)
+
+
+def _pixel(dst, xr2, r0, ih0, f, ow, H, W, sw, dh, dw, pl, C):
+    """dst (C,) = one output pixel's window sum over the taps inside the image."""
+    for c in range(C):
+        dst[c] = 0
+    for kh in range(f.shape[0]):
+        ih = ih0 + kh * dh
+        if ih < 0 or ih >= H:
+            continue
+        xrow = xr2[r0 + ih]
+        for kw in range(f.shape[1]):
+            iw = ow * sw - pl + kw * dw
+            if iw < 0 or iw >= W:
+                continue
+            src = xrow[iw * C:iw * C + C]
+            fk = f[kh, kw]
+            for c in range(C):
+                dst[c] += src[c] * fk[c]
+
+
+def _forward(x, f, ft, out, sh, sw, dh, dw, pt, pl):
+    """out (N, OH, OW, C) <- channel-wise correlation of x (N, H, W, C) with f (KH, KW, C).
+
+    ft is f tiled over a few output pixels ((KH, KW, B*C), unit width stride only) so that a
+    tap over a row is a contiguous multiply-add. 3x3 windows fully inside the image are summed
+    in one pass per filter row; the pixels at the image edges one by one.
+    """
     N, H, W, C = x.shape
-    KH, KW, CM = f.shape
-    M = CM // C
+    KH, KW = f.shape[0], f.shape[1]
     OH, OW = out.shape[1], out.shape[2]
+    xr2 = x.reshape(N * H, W * C)
+    o2 = out.reshape(N * OH, OW * C)
+    owa, owb = 0, 0
+    if KH == 3 and KW == 3:
+        a0, b0 = _ow_range(-pl, sw, W, OW)
+        a2, b2 = _ow_range(2 * dw - pl, sw, W, OW)
+        owa, owb = max(a0, a2), min(b0, b2)
     for q in prange(N * OH):
         n = q // OH
         oh = q - n * OH
-        o = out[n, oh]
-        for ow in range(OW):
-            orow = o[ow]
-            for j in range(CM):
-                orow[j] = 0
+        orow = o2[q]
+        ih0 = oh * sh - pt
+        if owb > owa and ih0 >= 0 and ih0 + 2 * dh < H:
+            _interior3(orow, xr2[n * H + ih0], xr2[n * H + ih0 + dh], xr2[n * H + ih0 + 2 * dh],
+                       f, ft, owa, owb, sw, dw, pl, C)
+            for ow in range(owa):
+                _pixel(orow[ow * C:ow * C + C], xr2, n * H, ih0, f, ow, H, W, sw, dh, dw, pl, C)
+            for ow in range(owb, OW):
+                _pixel(orow[ow * C:ow * C + C], xr2, n * H, ih0, f, ow, H, W, sw, dh, dw, pl, C)
+            continue
+        for j in range(OW * C):
+            orow[j] = 0
         for kh in range(KH):
-            ih = oh * sh - pt + kh * dh
+            ih = ih0 + kh * dh
             if ih < 0 or ih >= H:
                 continue
-            xr = x[n, ih]
+            xrow = xr2[n * H + ih]
             for kw in range(KW):
-                fk = f[kh, kw]
                 off = kw * dw - pl
                 ow0, ow1 = _ow_range(off, sw, W, OW)
-                if M == 1:
-                    for ow in range(ow0, ow1):
-                        xp = xr[ow * sw + off]
-                        op = o[ow]
-                        for c in range(C):
-                            op[c] += xp[c] * fk[c]
-                else:
-                    for ow in range(ow0, ow1):
-                        xp = xr[ow * sw + off]
-                        op = o[ow]
-                        for c in range(C):
-                            v = xp[c]
-                            for m in range(M):
-                                op[c * M + m] += v * fk[c * M + m]
+                _tap(orow, xrow, f[kh, kw], ft[kh, kw], ow0, ow1, off, sw, C)
 
 
-def _backprop_input(f, dy, dx, sh, sw, dh, dw, pt, pl):
+def _backprop_input(f, ft, dy, dx, sh, sw, dh, dw, pt, pl):
+    """dx (N, H, W, C) <- channel-wise input gradient; each task owns whole rows of dx."""
     N, H, W, C = dx.shape
-    KH, KW, CM = f.shape
-    M = CM // C
+    KH, KW = f.shape[0], f.shape[1]
     OH, OW = dy.shape[1], dy.shape[2]
+    g2 = dy.reshape(N * OH, OW * C)
+    d2 = dx.reshape(N * H, W * C)
     for p in prange(N * H):
         n = p // H
         ih = p - n * H
-        d = dx[n, ih]
-        for iw in range(W):
-            drow = d[iw]
-            for c in range(C):
-                drow[c] = 0
+        drow = d2[p]
+        for j in range(W * C):
+            drow[j] = 0
         for kh in range(KH):
             th = ih + pt - kh * dh
             if th < 0 or th % sh != 0 or th // sh >= OH:
                 continue
-            gr = dy[n, th // sh]
+            grow = g2[n * OH + th // sh]
             for kw in range(KW):
-                fk = f[kh, kw]
                 off = kw * dw - pl
                 ow0, ow1 = _ow_range(off, sw, W, OW)
-                if M == 1:
-                    for ow in range(ow0, ow1):
-                        gp = gr[ow]
-                        dp = d[ow * sw + off]
-                        for c in range(C):
-                            dp[c] += gp[c] * fk[c]
+                if sw == 1:
+                    # dx[ow + off] += dy[ow] * f: _tap's shape with the two rows' roles swapped
+                    B = ft.shape[2] // C
+                    for o in range(ow0, ow1, B):
+                        L = min(B, ow1 - o) * C
+                        dst = drow[(o + off) * C:(o + off) * C + L]
+                        src = grow[o * C:o * C + L]
+                        fr = ft[kh, kw]
+                        for j in range(L):
+                            dst[j] += src[j] * fr[j]
                 else:
+                    fk = f[kh, kw]
                     for ow in range(ow0, ow1):
-                        gp = gr[ow]
-                        dp = d[ow * sw + off]
+                        dst = drow[(ow * sw + off) * C:(ow * sw + off) * C + C]
+                        src = grow[ow * C:ow * C + C]
                         for c in range(C):
-                            s = dp[c]
-                            for m in range(M):
-                                s += gp[c * M + m] * fk[c * M + m]
-                            dp[c] = s
+                            dst[c] += src[c] * fk[c]
 
 
-def _backprop_filter(x, dy, part, rows_per, sh, sw, dh, dw, pt, pl):
-    """part[k] (KH, KW, C*M) <- filter gradient of output rows k*rows_per .. (k+1)*rows_per."""
+def _backprop_filter(x, dy, acc, rows_per, sh, sw, dh, dw, pt, pl):
+    """acc[k] (KH, KW, OW*C) <- per-output-column filter gradient sums of output rows
+    k*rows_per .. (k+1)*rows_per (summed over k and OW by the caller)."""
     N, H, W, C = x.shape
-    KH, KW, CM = part.shape[1], part.shape[2], part.shape[3]
-    M = CM // C
+    KH, KW = acc.shape[1], acc.shape[2]
     OH, OW = dy.shape[1], dy.shape[2]
+    xr2 = x.reshape(N * H, W * C)
+    g2 = dy.reshape(N * OH, OW * C)
     Q = N * OH
-    for k in prange(part.shape[0]):
-        acc = part[k]
-        acc[:] = 0
+    for k in prange(acc.shape[0]):
+        a = acc[k]
+        af = a.reshape(-1)
+        for j in range(af.size):
+            af[j] = 0
         for q in range(k * rows_per, min(Q, (k + 1) * rows_per)):
             n = q // OH
             oh = q - n * OH
-            gr = dy[n, oh]
+            grow = g2[q]
             for kh in range(KH):
                 ih = oh * sh - pt + kh * dh
                 if ih < 0 or ih >= H:
                     continue
-                xr = x[n, ih]
+                xrow = xr2[n * H + ih]
                 for kw in range(KW):
-                    a = acc[kh, kw]
+                    ar = a[kh, kw]
                     off = kw * dw - pl
                     ow0, ow1 = _ow_range(off, sw, W, OW)
-                    for ow in range(ow0, ow1):
-                        xp = xr[ow * sw + off]
-                        gp = gr[ow]
-                        for c in range(C):
-                            v = xp[c]
-                            for m in range(M):
-                                a[c * M + m] += v * gp[c * M + m]
+                    if sw == 1:
+                        dst = ar[ow0 * C:ow1 * C]
+                        src = xrow[(ow0 + off) * C:(ow1 + off) * C]
+                        g = grow[ow0 * C:ow1 * C]
+                        for j in range(dst.size):
+                            dst[j] += src[j] * g[j]
+                    else:
+                        for ow in range(ow0, ow1):
+                            dst = ar[ow * C:ow * C + C]
+                            src = xrow[(ow * sw + off) * C:(ow * sw + off) * C + C]
+                            g = grow[ow * C:ow * C + C]
+                            for c in range(C):
+                                dst[c] += src[c] * g[c]
 
 
 _jit = njit(cache=True, nogil=True, error_model="numpy")
-_pjit = njit(cache=True, nogil=True, error_model="numpy", parallel=True)
+_fma = {"contract"}   # fused multiply-add, as oneDNN's kernels use
+_sjit = njit(cache=True, nogil=True, error_model="numpy", fastmath=_fma)
+_pjit = njit(cache=True, nogil=True, error_model="numpy", fastmath=_fma, parallel=True)
 _ow_range = _jit(_ow_range)
-_forward_s, _forward_p = _jit(_forward), _pjit(_forward)
-_backprop_input_s, _backprop_input_p = _jit(_backprop_input), _pjit(_backprop_input)
-_backprop_filter_s, _backprop_filter_p = _jit(_backprop_filter), _pjit(_backprop_filter)
+_tap = _sjit(_tap)
+_row3 = _sjit(_row3)
+_interior3 = _sjit(_interior3)
+_pixel = _sjit(_pixel)
+_forward_s, _forward_p = _sjit(_forward), _pjit(_forward)
+_backprop_input_s, _backprop_input_p = _sjit(_backprop_input), _pjit(_backprop_input)
+_backprop_filter_s, _backprop_filter_p = _sjit(_backprop_filter), _pjit(_backprop_filter)
+
+
+def _tiled(f3, g):
+    """f3 (KH, KW, C) tiled over TILE_FLOATS // C pixels for unit width strides, else a stub."""
+    if g.sw != 1:
+        return np.zeros((1, 1, 1), f3.dtype)
+    kh, kw, c = f3.shape
+    b = max(1, TILE_FLOATS // c)
+    return np.ascontiguousarray(np.broadcast_to(f3[:, :, None, :], (kh, kw, b, c))).reshape(
+        kh, kw, b * c)
+
+
+def _per_channel(x, m):
+    """x with each channel repeated m times: channel c*m+j of a multiplier-m filter sees it."""
+    return x if m == 1 else np.repeat(x, m, axis=3)
 
 
 def _args(g):
@@ -173,10 +291,11 @@ def depthwise_conv2d(inputs, outputs, attrs):
         out[...] = 0
         return
     dst, finish = nhwc_out(out, fmt)
-    KH, KW = f.shape[:2]
+    KH, KW, _, M = f.shape
+    f3 = f.reshape(KH, KW, -1)
     fn = _forward_p if out.size * KH * KW >= PARALLEL_MIN else _forward_s
     with np.errstate(all="ignore"):
-        fn(nhwc_in(x, fmt), f.reshape(KH, KW, -1), dst, *_args(g))
+        fn(_per_channel(nhwc_in(x, fmt), M), f3, _tiled(f3, g), dst, *_args(g))
     finish()
 
 
@@ -196,10 +315,24 @@ def depthwise_backprop_input(inputs, outputs, attrs):
         dx[...] = 0
         return
     dst, finish = nhwc_out(dx, fmt)
-    KH, KW = f.shape[:2]
-    fn = _backprop_input_p if dy.size * KH * KW >= PARALLEL_MIN else _backprop_input_s
+    KH, KW, C, M = f.shape
+    f3 = f.reshape(KH, KW, -1)
+    dy4 = nhwc_in(dy, fmt)
+    full = dst if M == 1 else np.empty(dst.shape[:3] + (C * M,), dst.dtype)
+    par = dy.size * KH * KW >= PARALLEL_MIN
     with np.errstate(all="ignore"):
-        fn(f.reshape(KH, KW, -1), nhwc_in(dy, fmt), dst, *_args(g))
+        if g.sh == 1 and g.sw == 1:
+            # a unit-stride input gradient is the forward correlation of out_backprop with the
+            # flipped filter, padded by what the forward's padding leaves of the window
+            fl = np.ascontiguousarray(f3[::-1, ::-1])
+            (_forward_p if par else _forward_s)(
+                dy4, fl, _tiled(fl, g), full, 1, 1, g.dh, g.dw,
+                (KH - 1) * g.dh - g.pt, (KW - 1) * g.dw - g.pl)
+        else:
+            (_backprop_input_p if par else _backprop_input_s)(
+                f3, _tiled(f3, g), dy4, full, *_args(g))
+        if M > 1:
+            np.sum(full.reshape(dst.shape + (M,)), axis=4, out=dst)
     finish()
 
 
@@ -219,15 +352,17 @@ def depthwise_backprop_filter(inputs, outputs, attrs):
     if x.size == 0 or dy.size == 0:
         df[...] = 0
         return
-    KH, KW = df.shape[:2]
-    x4, dy4 = nhwc_in(x, fmt), nhwc_in(dy, fmt)
-    Q = dy4.shape[0] * dy4.shape[1]
-    work = dy.size * KH * KW
-    chunks = 1 if work < PARALLEL_MIN else min(Q, 32)
+    KH, KW, C, M = df.shape
+    x4, dy4 = _per_channel(nhwc_in(x, fmt), M), nhwc_in(dy, fmt)
+    N, OH, OW, CM = dy4.shape
+    Q = N * OH
+    # float32 partial sums over at most ROWS_PER_CHUNK rows each, combined in float64
+    chunks = 1 if dy.size * KH * KW < PARALLEL_MIN else max(min(Q, 16), -(-Q // ROWS_PER_CHUNK))
     rows_per = -(-Q // chunks)
     chunks = -(-Q // rows_per)
-    part = np.empty((chunks, KH, KW, df.shape[2] * df.shape[3]), np.float64)
+    acc = np.empty((chunks, KH, KW, OW * CM), dy.dtype)
     fn = _backprop_filter_p if chunks > 1 else _backprop_filter_s
     with np.errstate(all="ignore"):
-        fn(x4, dy4, part, rows_per, *_args(g))
-        df.reshape(part.shape[1:])[...] = part.sum(axis=0)
+        fn(x4, dy4, acc, rows_per, *_args(g))
+        total = acc.reshape(chunks, KH, KW, OW, CM).sum(axis=(0, 3), dtype=np.float64)
+        df.reshape(KH, KW, CM)[...] = total
