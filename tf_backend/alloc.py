@@ -19,3 +19,18 @@ def empty(shape, dtype):
 
 def is_aligned(a):
     return a.ctypes.data % ALIGN == 0
+
+
+def plan(specs):
+    """Precomputed (shape, dtype, aligned?) per output spec, for repeated allocation."""
+    out = []
+    for sp in specs:
+        n = sp.dtype.itemsize
+        for d in sp.shape:
+            n *= d
+        out.append((sp.shape, sp.dtype, n >= SMALL_BYTES))
+    return tuple(out)
+
+
+def empty_planned(p):
+    return [empty(shape, dt) if big else np.empty(shape, dt) for shape, dt, big in p]

@@ -9,7 +9,7 @@ import kernels
 import shape_fns
 from shape_fns import BackendError, Spec, Unsupported, describe
 
-from . import executor, ledger, tf_adapter as tfa
+from . import alloc, executor, ledger, tf_adapter as tfa
 
 # Ops we never run, whatever is registered (DESIGN.md §5). Stateful ops and ops that touch
 # resources, variants or strings are excluded by their OpDef as well.
@@ -90,6 +90,8 @@ def refresh():
     _infos.clear()
     _attr_cache.clear()
     _spec_cache.clear()
+    from . import fastpath
+    fastpath._plans.clear()
     owned.clear()
     kernels.load("cpu")
     shape_fns.load_all()
@@ -202,17 +204,23 @@ def on_slow(op_name, inputs, flat_attrs, device_name):
     return run(info, kdef, arrays, attrs, key)
 
 
-def _out_specs(info, arrays, attrs, attrs_key):
+def _outputs(info, kdef, arrays, attrs, attrs_key):
+    """Allocate outputs (allocation plan cached for value-free shape fns) and run the kernel."""
     if info.value_free and attrs_key is not None:
-        key = (info.op, attrs_key, *[a.shape for a in arrays])
-        out = _spec_cache.get(key)
-        if out is None:
-            out = info.shape_fn([Spec(a.shape, a.dtype) for a in arrays], attrs)
+        if len(arrays) == 2:
+            key = (info.op, attrs_key, arrays[0].shape, arrays[1].shape)
+        else:
+            key = (info.op, attrs_key, *[a.shape for a in arrays])
+        p = _spec_cache.get(key)
+        if p is None:
+            p = alloc.plan(info.shape_fn([Spec(a.shape, a.dtype) for a in arrays], attrs))
             if len(_spec_cache) > 16384:
                 _spec_cache.clear()
-            _spec_cache[key] = out
-        return out
-    return info.shape_fn([Spec(a.shape, a.dtype, a) for a in arrays], attrs)
+            _spec_cache[key] = p
+        outs = alloc.empty_planned(p)
+        kdef.fn(arrays, outs, attrs)
+        return outs
+    return executor.run_kernel(kdef, info.shape_fn, arrays, attrs)
 
 
 def run(info, kdef, arrays, attrs, attrs_key=None):
@@ -221,8 +229,7 @@ def run(info, kdef, arrays, attrs, attrs_key=None):
     attrs_key: a hashable key of the attrs (the flat attr tuple), enabling the spec cache.
     """
     try:
-        outs = executor.run_kernel(kdef, info.shape_fn, arrays, attrs,
-                                   _out_specs(info, arrays, attrs, attrs_key))
+        outs = _outputs(info, kdef, arrays, attrs, attrs_key)
     except Unsupported as u:
         return _fallback(info, u.reason)
     except BackendError as e:

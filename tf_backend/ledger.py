@@ -1,10 +1,18 @@
 """The ledger: every dispatch decision, counted per op type, device kernel and fallback reason."""
+import itertools
 import json
 import sys
 import threading
 
 _lock = threading.Lock()
 _ops = {}
+# Hot-path counters: next() on itertools.count is atomic under the GIL, so the eager path
+# counts without taking a lock; snapshot() folds them in.
+_fast = {}   # (op, kernel name) -> itertools.count
+
+
+def _count_value(c):
+    return int(repr(c)[6:-1])   # "count(5)": the next value, i.e. how many next() calls
 
 
 class _OpStats:
@@ -25,11 +33,17 @@ def _get(op):
 
 
 def backend(op, kernel_name):
-    s = _ops.get(op) or _get(op)
+    c = _fast.get((op, kernel_name))
+    if c is None:
+        with _lock:
+            c = _fast.setdefault((op, kernel_name), itertools.count())
+    next(c)
+
+
+def counter(op, kernel_name):
+    """The lock-free counter for (op, kernel): call next() on it once per execution."""
     with _lock:
-        s.backend += 1
-        k = s.kernels
-        k[kernel_name] = k.get(kernel_name, 0) + 1
+        return _fast.setdefault((op, kernel_name), itertools.count())
 
 
 def fallback(op, reason):
@@ -77,9 +91,14 @@ def reset():
     """Zero every counter. What we know of compiled functions stays, with its calls zeroed."""
     with _lock:
         _ops.clear()
+        _fast_base.clear()   # counters may be held by callers: remember where they stood
+        _fast_base.update({k: _count_value(c) for k, c in _fast.items()})
         for f in _functions.values():
             f["calls"] = f["fallback_calls"] = 0
             f["_touched"] = False
+
+
+_fast_base = {}   # counter values at the last reset
 
 
 def snapshot():
@@ -87,6 +106,15 @@ def snapshot():
         ops = {op: {"backend": s.backend, "fallback": s.fallback, "errors": s.errors,
                     "reasons": dict(s.reasons), "kernels": dict(s.kernels)}
                for op, s in sorted(_ops.items())}
+        for (op, kname), c in _fast.items():
+            n = _count_value(c) - _fast_base.get((op, kname), 0)
+            if n <= 0:
+                continue
+            o = ops.setdefault(op, {"backend": 0, "fallback": 0, "errors": 0, "reasons": {},
+                                    "kernels": {}})
+            o["backend"] += n
+            o["kernels"][kname] = o["kernels"].get(kname, 0) + n
+        ops = dict(sorted(ops.items()))
     backend_calls = sum(o["backend"] for o in ops.values())
     fallback_calls = sum(o["fallback"] for o in ops.values())
     with _lock:

@@ -66,10 +66,14 @@ def install(fast_owned, on_fast, on_fast_passthrough, on_fast_uncount, on_slow):
 
         def fast_hook(ctx, op_name, name, *args):
             if op_name in fast_owned:
-                r = on_fast(ctx, op_name, name, args)
-                if r is BOUNCE:
-                    raise fallback_exc()
-                return r
+                tld = ctx._thread_local_data
+                dn = tld.device_name
+                # op callbacks or a non-CPU:0 device scope: TF's fallback path handles the op
+                if not tld.op_callbacks and (not dn or dn.endswith("CPU:0")):
+                    r = on_fast(op_name, name, args)
+                    if r is not BOUNCE:
+                        return r
+                raise fallback_exc()
             on_fast_passthrough(op_name)
             try:
                 return orig_fast(ctx, op_name, name, *args)
