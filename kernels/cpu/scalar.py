@@ -44,19 +44,6 @@ def _cst(x, c):
         return lambda x, c: to(c)
 
 
-def erf(x):
-    """TensorFlow's Erf: its float64 kernel gives NaN once x*x overflows."""
-    raise NotImplementedError("numba only")
-
-
-@overload(erf, inline="always")
-def _erf(x):
-    if isinstance(x, types.Float) and x.bitwidth == 64:
-        return lambda x: math.nan if math.isinf(x * x) else math.erf(x)
-    if isinstance(x, types.Float):
-        return lambda x: math.erf(x)
-
-
 @_jit
 def mul_no_nan(a, b):
     # TensorFlow's gradient functors: a zero upstream gradient gives 0, whatever a is.
@@ -158,7 +145,7 @@ def ipow(x, y):
 @_jit
 def sigmoid(x):
     # Computed in float64 (so float32 results are correctly rounded), without overflow.
-    z = float(x)
+    z = np.float64(x)
     if z >= 0:
         return 1.0 / (1.0 + math.exp(-z))
     e = math.exp(z)
@@ -168,7 +155,7 @@ def sigmoid(x):
 @_jit
 def softplus(x):
     # log(1 + exp(x)) in float64, stable for large |x|.
-    z = float(x)
+    z = np.float64(x)
     m = z if z > 0 else 0.0
     return m + math.log1p(math.exp(-abs(z)))
 
@@ -284,23 +271,23 @@ def _is_f32(x):
 
 @_jit
 def vexp(x):
-    return exp64(float(x)) if is_f32(x) else math.exp(x)
+    return exp64(np.float64(x)) if is_f32(x) else math.exp(x)
 
 
 @_jit
 def vlog(x):
-    return log64(float(x)) if is_f32(x) else math.log(x)
+    return log64(np.float64(x)) if is_f32(x) else math.log(x)
 
 
 @_jit
 def vlog1p(x):
-    return log1p64(float(x)) if is_f32(x) else math.log1p(x)
+    return log1p64(np.float64(x)) if is_f32(x) else math.log1p(x)
 
 
 @_jit
 def vsigmoid(x):
     if is_f32(x):
-        z = float(x)
+        z = np.float64(x)
         e = exp64(-abs(z))
         s = 1.0 / (1.0 + e)
         return s if z >= 0 else e * s
@@ -310,7 +297,7 @@ def vsigmoid(x):
 @_jit
 def vtanh(x):
     if is_f32(x):
-        z = float(x)
+        z = np.float64(x)
         a = abs(z)
         t = exp64(-2.0 * a)
         r = (1.0 - t) / (1.0 + t)
@@ -323,6 +310,48 @@ def vtanh(x):
 @_jit
 def vsoftplus(x):
     if is_f32(x):
-        z = float(x)
+        z = np.float64(x)
         return (z if z > 0 else 0.0) + log1p64(exp64(-abs(z)))
     return softplus(x)
+
+
+# W. J. Cody's rational approximations (Math. Comp. 23, 1969): erf on |x| <= 0.46875, and
+# erfc(x) * exp(x*x) on (0.46875, 4]; beyond 4, erf rounds to +-1 in float32.
+_EA = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
+       3.20937758913846947e03, 1.85777706184603153e-1)
+_EB = (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03,
+       2.84423683343917062e03)
+_EC = (5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01,
+       2.98635138197400131e02, 8.81952221241769090e02, 1.71204761263407058e03,
+       2.05107837782607147e03, 1.23033935479799725e03, 2.15311535474403846e-8)
+_ED = (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02,
+       1.62138957456669019e03, 3.29079923573345963e03, 4.36261909014324716e03,
+       3.43936767414372164e03, 1.23033935480374942e03)
+
+
+@_jit
+def erf32(x):
+    """erf for float32 results, in float64 arithmetic, branch-free."""
+    z = np.float64(x)
+    y = abs(z)
+    t = y * y
+    num = _fma(_fma(_fma(_fma(_EA[4], t, _EA[0]), t, _EA[1]), t, _EA[2]), t, _EA[3])
+    den = _fma(_fma(_fma(t + _EB[0], t, _EB[1]), t, _EB[2]), t, _EB[3])
+    small = z * num / den
+    num = _EC[8] * y
+    den = y
+    for i in range(7):
+        num = (num + _EC[i]) * y
+        den = (den + _ED[i]) * y
+    erfc = exp64(-t) * (num + _EC[7]) / (den + _ED[7])
+    mid = 1.0 - erfc if y <= 4.0 else 1.0
+    mid = mid if z >= 0 else -mid
+    return small if y <= 0.46875 else (mid if y == y else z)
+
+
+@_jit
+def verf(x):
+    if is_f32(x):
+        return erf32(x)
+    # TensorFlow's float64 Erf gives NaN once x*x overflows.
+    return math.nan if math.isinf(x * x) else math.erf(x)
