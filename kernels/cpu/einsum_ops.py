@@ -72,7 +72,13 @@ def _operand(x, red, perm, nb, n1, n2):
         x = np.einsum(red, x)
     x = x.transpose(perm)
     s = x.shape
-    return x.reshape(s[:nb] + (int(np.prod(s[nb:nb + n1])), int(np.prod(s[nb + n1:]))))
+    x = x.reshape(s[:nb] + (int(np.prod(s[nb:nb + n1])), int(np.prod(s[nb + n1:]))))
+    # numpy's matmul only calls BLAS for row- or column-major matrices
+    st, it = x.strides, x.itemsize
+    if not ((st[-1] == it and st[-2] >= it * x.shape[-1])
+            or (st[-2] == it and st[-1] >= it * x.shape[-2])):
+        x = np.ascontiguousarray(x)
+    return x
 
 
 @kernel("Einsum", dtypes=("float32", "float64", "int32", "int64"))

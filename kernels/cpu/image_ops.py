@@ -2,8 +2,9 @@
 
 Resizes reproduce TensorFlow's CPU kernels step by step: float32 source coordinates from its
 scalers (legacy, align_corners, half_pixel_centers), clamped neighbours, the lerp formula
-top + (bottom - top) * lerp in float32, subnormals flushed as its CPU threads do, and the
-gradients' accumulation order. Nearest-neighbour and mirror padding are data movement.
+top + (bottom - top) * lerp in float32, subnormals flushed as its CPU threads do (a slower
+loop, taken only when inputs are small enough for subnormals to arise), and the gradients'
+accumulation order. Nearest-neighbour and mirror padding are data movement.
 """
 import numpy as np
 from numba import njit, prange
@@ -42,7 +43,16 @@ def _lerp_table(out_size, in_size, align, half_pixel):
     return lo, hi, (v - fl).astype(F32)
 
 
-def _bilinear(x, out, ylo, yhi, yl, xlo, xhi, xl):
+def _needs_flush(x):
+    """Whether subnormals can arise: only from float values this small (lerps are 0 or above
+    ~3e-8, so larger values keep every intermediate normal)."""
+    if x.dtype.kind != "f" or x.size == 0:
+        return False
+    a = np.abs(x)
+    return bool(((a < 1e-10) & (a != 0)).any())
+
+
+def _bilinear(x, out, ylo, yhi, yl, xlo, xhi, xl, flush):
     oh, ow, c = out.shape[1], out.shape[2], out.shape[3]
     for q in prange(out.shape[0] * oh):
         b = q // oh
@@ -51,13 +61,17 @@ def _bilinear(x, out, ylo, yhi, yl, xlo, xhi, xl):
         for j in range(ow):
             a0, a1, lx = xlo[j], xhi[j], xl[j]
             for k in range(c):
-                tl = ftz(F32(r0[a0, k]))
-                tr = ftz(F32(r0[a1, k]))
-                bl = ftz(F32(r1[a0, k]))
-                br = ftz(F32(r1[a1, k]))
-                top = ftz(tl + ftz(ftz(tr - tl) * lx))
-                bottom = ftz(bl + ftz(ftz(br - bl) * lx))
-                o[j, k] = ftz(top + ftz(ftz(bottom - top) * ly))
+                tl, tr = F32(r0[a0, k]), F32(r0[a1, k])
+                bl, br = F32(r1[a0, k]), F32(r1[a1, k])
+                if flush:  # loop-invariant: compiled as two loops
+                    tl, tr, bl, br = ftz(tl), ftz(tr), ftz(bl), ftz(br)
+                    top = ftz(tl + ftz(ftz(tr - tl) * lx))
+                    bottom = ftz(bl + ftz(ftz(br - bl) * lx))
+                    o[j, k] = ftz(top + ftz(ftz(bottom - top) * ly))
+                else:
+                    top = tl + (tr - tl) * lx
+                    bottom = bl + (br - bl) * lx
+                    o[j, k] = top + (bottom - top) * ly
 
 
 _bilinear_s = njit(cache=True, nogil=True, error_model="numpy")(_bilinear)
@@ -78,11 +92,11 @@ def resize_bilinear(inputs, outputs, attrs):
     align, half = attrs.get("align_corners", False), attrs.get("half_pixel_centers", False)
     ys, xs = _lerp_table(oh, h, align, half), _lerp_table(ow, w, align, half)
     fn = _bilinear_p if out.size >= PARALLEL_MIN else _bilinear_s
-    fn(x, out, *ys, *xs)
+    fn(x, out, *ys, *xs, _needs_flush(x))
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
-def _bilinear_grad(g, out, ylo, yhi, yl, xlo, xhi, xl):
+def _bilinear_grad(g, out, ylo, yhi, yl, xlo, xhi, xl, flush):
     """TensorFlow's loop: per input-gradient pixel, four weighted adds (weights in float32)."""
     oh, ow, c = g.shape[1], g.shape[2], g.shape[3]
     for b in prange(g.shape[0]):
@@ -95,11 +109,18 @@ def _bilinear_grad(g, out, ylo, yhi, yl, xlo, xhi, xl):
                 le, ri, lx = xlo[j], xhi[j], xl[j]
                 ix = F32(1) - lx
                 for k in range(c):
-                    v = ftz(g[b, y, j, k])
-                    ob[t, le, k] = ftz(ob[t, le, k] + ftz(ftz(v * iy) * ix))
-                    ob[t, ri, k] = ftz(ob[t, ri, k] + ftz(ftz(v * iy) * lx))
-                    ob[u, le, k] = ftz(ob[u, le, k] + ftz(ftz(v * ly) * ix))
-                    ob[u, ri, k] = ftz(ob[u, ri, k] + ftz(ftz(v * ly) * lx))
+                    v = g[b, y, j, k]
+                    if flush:
+                        v = ftz(v)
+                        ob[t, le, k] = ftz(ob[t, le, k] + ftz(ftz(v * iy) * ix))
+                        ob[t, ri, k] = ftz(ob[t, ri, k] + ftz(ftz(v * iy) * lx))
+                        ob[u, le, k] = ftz(ob[u, le, k] + ftz(ftz(v * ly) * ix))
+                        ob[u, ri, k] = ftz(ob[u, ri, k] + ftz(ftz(v * ly) * lx))
+                    else:
+                        ob[t, le, k] += v * iy * ix
+                        ob[t, ri, k] += v * iy * lx
+                        ob[u, le, k] += v * ly * ix
+                        ob[u, ri, k] += v * ly * lx
 
 
 @kernel("ResizeBilinearGrad", dtypes=("float32", "float64"))
@@ -110,7 +131,8 @@ def resize_bilinear_grad(inputs, outputs, attrs):
     h, w = out.shape[1], out.shape[2]
     oh, ow = g.shape[1], g.shape[2]
     align, half = attrs.get("align_corners", False), attrs.get("half_pixel_centers", False)
-    _bilinear_grad(g, out, *_lerp_table(oh, h, align, half), *_lerp_table(ow, w, align, half))
+    _bilinear_grad(g, out, *_lerp_table(oh, h, align, half), *_lerp_table(ow, w, align, half),
+                   _needs_flush(g))
 
 
 def _nearest(out_size, in_size, align, half_pixel):
@@ -132,12 +154,13 @@ def resize_nearest_neighbor(inputs, outputs, attrs):
     _, h, w, _ = x.shape
     oh, ow = out.shape[1], out.shape[2]
     align, half = attrs.get("align_corners", False), attrs.get("half_pixel_centers", False)
-    rows = x.take(_nearest(oh, h, align, half), 1)
-    rows.take(_nearest(ow, w, align, half), 2, out)
+    src = (_nearest(oh, h, align, half)[:, None] * w + _nearest(ow, w, align, half)).reshape(-1)
+    n, c = x.shape[0], x.shape[3]
+    x.reshape(n, h * w, c).take(src, 1, out.reshape(n, oh * ow, c))
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
-def _nearest_grad(g, out, ys, xs):
+def _nearest_grad(g, out, ys, xs, flush):
     for b in prange(g.shape[0]):
         ob = out[b]
         ob[...] = 0
@@ -146,7 +169,10 @@ def _nearest_grad(g, out, ys, xs):
             for j in range(g.shape[2]):
                 o, src = ob[oy, xs[j]], g[b, y, j]
                 for k in range(g.shape[3]):
-                    o[k] = ftz(o[k] + ftz(src[k]))
+                    if flush:
+                        o[k] = ftz(o[k] + ftz(src[k]))
+                    else:
+                        o[k] += src[k]
 
 
 @kernel("ResizeNearestNeighborGrad", dtypes=("float32", "float64", "int32"))
@@ -158,7 +184,8 @@ def resize_nearest_neighbor_grad(inputs, outputs, attrs):
     oh, ow = g.shape[1], g.shape[2]
     align, half = attrs.get("align_corners", False), attrs.get("half_pixel_centers", False)
     # Each gradient pixel goes to the original pixel the forward pass read it from.
-    _nearest_grad(g, out, _nearest(oh, h, align, half), _nearest(ow, w, align, half))
+    _nearest_grad(g, out, _nearest(oh, h, align, half), _nearest(ow, w, align, half),
+                  _needs_flush(g))
 
 
 def _pads(inputs, attrs, grad):

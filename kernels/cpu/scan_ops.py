@@ -33,9 +33,9 @@ def range_(inputs, outputs, attrs):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _float_scan(x, out, exclusive, reverse, prod):
-    """Sequential scan of x [outer, n, inner] along n, flushing subnormals to zero at every
-    step as TensorFlow's CPU threads do (a flushed partial product stays zero)."""
+def _float_scan(x, out, exclusive, reverse, prod, flush):
+    """Sequential scan of x [outer, n, inner] along n. With `flush`, subnormals go to zero at
+    every step as on TensorFlow's CPU threads (a flushed partial product stays zero)."""
     m, n, k = x.shape
     acc = np.empty(k, x.dtype)
     for o in range(m):
@@ -44,12 +44,21 @@ def _float_scan(x, out, exclusive, reverse, prod):
             i = n - 1 - t if reverse else t
             xr, orow = x[o, i], out[o, i]
             for j in range(k):
-                v = ftz(xr[j])
+                v = ftz(xr[j]) if flush else xr[j]
                 if exclusive:
                     orow[j] = acc[j]
-                acc[j] = ftz(acc[j] * v) if prod else ftz(acc[j] + v)
+                if flush:
+                    acc[j] = ftz(acc[j] * v) if prod else ftz(acc[j] + v)
+                else:
+                    acc[j] = acc[j] * v if prod else acc[j] + v
                 if not exclusive:
                     orow[j] = acc[j]
+
+
+def _small(x):
+    """Whether x holds values small enough for a sum of them to be subnormal."""
+    a = np.abs(x)
+    return bool(((a < 1e-10) & (a != 0)).any())
 
 
 def _scan(inputs, outputs, attrs, ufunc, identity):
@@ -61,7 +70,9 @@ def _scan(inputs, outputs, attrs, ufunc, identity):
     if x.dtype.kind == "f":
         s = x.shape
         shape3 = (int(np.prod(s[:axis])), s[axis], int(np.prod(s[axis + 1:])))
-        _float_scan(x.reshape(shape3), out.reshape(shape3), exclusive, reverse, identity == 1)
+        prod = identity == 1  # products of normal numbers underflow: always flush those
+        _float_scan(x.reshape(shape3), out.reshape(shape3), exclusive, reverse, prod,
+                    prod or _small(x))
         return
     if reverse:
         flip = (slice(None),) * axis + (slice(None, None, -1),)

@@ -2,7 +2,7 @@
 import numpy as np
 import tensorflow as tf
 
-from . import OpCase
+from . import OpCase, arr
 from .array_ops import ALL, data
 
 R = tf.raw_ops
@@ -20,6 +20,11 @@ def _resize_samples(dt, rng, big=((4, 64, 64, 3), (128, 96))):
            for s, size in RESIZES for a, h in MODES]
     if dt == np.float32:  # one large image batch: the parallel loop
         out.append((data(rng, big[0], dt), np.array(big[1], I32), False, True))
+    # Without values near the subnormal range: the loop that need not flush.
+    out += [(np.asarray(arr(rng, s, dt)), np.array(size, I32), a, h)
+            for s, size in RESIZES[:3] for a, h in MODES]
+    if dt == np.float32:
+        out.append((np.asarray(arr(rng, big[0], dt)), np.array(big[1], I32), False, True))
     return out
 
 
@@ -51,7 +56,8 @@ def _bilinear_grad_samples(dt, rng):
     g = lambda *s: np.asarray(rng.standard_normal(s), np.float32)  # noqa: E731
     out = [(g(n, *size, c), np.zeros((n, h, w, c), dt), a, hp)
            for (n, h, w, c), size in RESIZES for a, hp in MODES]
-    return out
+    tiny = g(2, 5, 7, 2) * np.float32(1e-37)  # products flush to zero
+    return out + [(tiny, np.zeros((2, 3, 4, 2), dt), False, True)]
 
 
 def _bilinear_grad_len(args):
@@ -70,6 +76,7 @@ def _nearest_grad_samples(dt, rng):
     out = [(data(rng, (n,) + tuple(size) + (c,), dt), np.array((h, w), I32), a, hp)
            for (n, h, w, c), size in RESIZES for a, hp in MODES + ((True, True),)]
     out.append((data(rng, (2, 40, 30, 8), dt), np.array((13, 17), I32), False, True))
+    out.append((np.asarray(arr(rng, (2, 40, 30, 8), dt)), np.array((13, 17), I32), True, False))
     return out
 
 
@@ -131,7 +138,7 @@ CASES = [
            grad=True, grad_args=(0,), grad_ops=("ResizeBilinearGrad",), errors=_resize_errors),
     OpCase("ResizeBilinear_image_resize", "ResizeBilinear",
            lambda x, s: tf.image.resize(x, s), lambda dt, rng: [
-               (data(rng, (2, 10, 12, 3), dt), [20, 24]), (data(rng, (1, 9, 9, 1), dt), [4, 5])],
+               (arr(rng, (2, 10, 12, 3), dt), [20, 24]), (arr(rng, (1, 9, 9, 1), dt), [4, 5])],
            dtypes=("float32", "float64"), grad=True, grad_ops=("ResizeBilinearGrad",)),
     OpCase("ResizeBilinearGrad", "ResizeBilinearGrad", _bilinear_grad, _bilinear_grad_samples,
            dtypes=("float32", "float64"), kind="reduction", reduction_len=_bilinear_grad_len,

@@ -6,7 +6,7 @@ MODULES.
 import numpy as np
 import tensorflow as tf
 
-from . import MODULES, OpCase, int_edges
+from . import MODULES, OpCase, arr, int_edges
 from .array_ops import ALL, data
 
 R = tf.raw_ops
@@ -45,7 +45,9 @@ def _scan_samples(dt, rng):
     return [(x, 0), (x, 1), (x, -1, True), (x, 1, False, True), (x, 0, True, True),
             (d(7,), 0, True), (d(0, 3), 0, True), (d(3, 0), -1, False, True),
             (d(2, 3, 4), np.array(1, I64), True, True), (d(2, 3, 4), -3),
-            (d(1, 5), 0, True), (d(300, 400), 0), (d(300, 400), 1, True, True)]
+            (d(1, 5), 0, True), (d(300, 400), 0), (d(300, 400), 1, True, True),
+            # no values near the subnormal range: the loop that need not flush
+            (np.asarray(arr(rng, (4, 6), dt)), 1), (np.asarray(arr(rng, (5, 3), dt)), 0, True, True)]
 
 
 def _scan_len(args):
