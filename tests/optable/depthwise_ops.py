@@ -50,12 +50,18 @@ SHAPES = [
     ((1, 112, 112, 32), (3, 3, 32, 1), S1, "SAME", ()),       # MobileNetV2-sized layer
 ]
 
-# oneDNN (float32) only: dilations and unequal strides
+# oneDNN (float32) only: dilations
 F32_SHAPES = [
     ((1, 9, 9, 2), (3, 3, 2, 1), S1, "SAME", (), [1, 2, 2, 1]),
     ((1, 10, 11, 2), (3, 2, 2, 2), S2, "VALID", (), [1, 2, 3, 1]),
-    ((2, 8, 7, 3), (3, 3, 3, 1), [1, 2, 1, 1], "SAME", (), S1),
 ]
+
+
+def dw_unequal_samples(dt, rng):
+    # oneDNN (float32) only; rows strided and columns not, or the other way round
+    return [(_x(rng, (2, 9, 8, 3), dt), _x(rng, (3, 3, 3, 1), dt), [1, 2, 1, 1], "SAME", S1, ()),
+            (_x(rng, (1, 8, 11, 4), dt), _x(rng, (3, 2, 4, 2), dt), [1, 1, 2, 1], "VALID", S1, ()),
+            (_x(rng, (1, 30, 20, 8), dt), _x(rng, (3, 3, 8, 1), dt), [1, 3, 1, 1], "SAME", S1, ())]
 
 
 def _special(dt):
@@ -245,6 +251,9 @@ CASES = [
     # no gradient: stock backprops ignore dilations, so we leave dilated backprops to TF
     OpCase("DepthwiseConv2dNative_dilated_f32", "DepthwiseConv2dNative", _dw, dw_f32_samples,
            dtypes=("float32",), kind="reduction", reduction_len=_dw_len),
+    OpCase("DepthwiseConv2dNative_unequal_strides_f32", "DepthwiseConv2dNative", _dw,
+           dw_unequal_samples, dtypes=("float32",), kind="reduction", reduction_len=_dw_len,
+           grad=True, grad_ops=GRAD_OPS),
     OpCase("DepthwiseConv2dNative_special_filter", "DepthwiseConv2dNative", _dw,
            dw_special_filter_samples, dtypes=("float32", "float64"), kind="reduction",
            reduction_len=_dw_len),
