@@ -7,8 +7,6 @@ import tensorflow as tf
 
 from . import OpCase, arr, positive, special_floats
 
-F32 = np.float32
-
 
 def _bn(x, scale, offset, mean, var, eps=1e-3, factor=1.0, training=True, fmt="NHWC"):
     return tf.raw_ops.FusedBatchNormV3(
@@ -30,6 +28,10 @@ def _params(rng, c, dt):
 
 def _nchw(a):
     return np.ascontiguousarray(a.transpose(0, 3, 1, 2))
+
+
+def _nhwc(a):
+    return a.transpose(0, 2, 3, 1)
 
 
 def _special_x(dt, shape):
@@ -186,7 +188,3 @@ CASES = [
            kind="reduction", reduction_len=lambda a: _grad_rows((a[0], _nhwc(a[1]))),
            shape_check=False),
 ]
-
-
-def _nhwc(a):
-    return a.transpose(0, 2, 3, 1)
