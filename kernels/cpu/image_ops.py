@@ -156,7 +156,8 @@ def resize_nearest_neighbor(inputs, outputs, attrs):
     align, half = attrs.get("align_corners", False), attrs.get("half_pixel_centers", False)
     src = (_nearest(oh, h, align, half)[:, None] * w + _nearest(ow, w, align, half)).reshape(-1)
     n, c = x.shape[0], x.shape[3]
-    x.reshape(n, h * w, c).take(src, 1, out.reshape(n, oh * ow, c))
+    # "clip": indices are in range; "raise" with out= would copy through a buffer
+    x.reshape(n, h * w, c).take(src, 1, out.reshape(n, oh * ow, c), "clip")
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)

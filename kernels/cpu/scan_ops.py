@@ -123,6 +123,24 @@ def _top_k_small(x, vals, idx):
             bi[j] = c
 
 
+def _top_k_large(x2, k):
+    """Indices of each row's k largest values, descending, ties by lower index: partition,
+    fix the boundary ties (the lowest indices equal to the k-th value win), sort the k."""
+    m, n = x2.shape
+    part = np.argpartition(x2, n - k, axis=1)[:, n - k:]
+    kth = np.take_along_axis(x2, part, 1).min(axis=1)[:, None]
+    above = x2 > kth
+    tie = x2 == kth
+    need = k - above.sum(axis=1, keepdims=True)
+    sel = above | (tie & (np.cumsum(tie, axis=1) <= need))
+    cand = np.nonzero(sel)[1].reshape(m, k)          # increasing index within each row
+    vals = np.take_along_axis(x2, cand, 1)
+    # Stable ascending sort of the reversed candidates, read backwards: descending values,
+    # ties by lower index.
+    order = np.argsort(vals[:, ::-1], axis=1, kind="stable")[:, ::-1]
+    return np.take_along_axis(cand[:, ::-1], order, 1)
+
+
 @kernel("TopKV2", dtypes=NUM)
 def top_k(inputs, outputs, attrs):
     x, vals, idx = inputs[0], outputs[0], outputs[1]
@@ -140,9 +158,7 @@ def top_k(inputs, outputs, attrs):
         i2 = np.empty(v2.shape, np.int64)
         _top_k_small(x2, v2, i2)
     else:
-        # Stable ascending sort of the reversed rows, read backwards: descending, ties by
-        # lower index.
-        i2 = n - 1 - np.argsort(x2[:, ::-1], axis=1, kind="stable")[:, :-k - 1:-1]
+        i2 = _top_k_large(x2, k)
         v2[...] = np.take_along_axis(x2, i2, 1)
     idx.reshape(-1, k)[...] = i2
 
