@@ -3,8 +3,8 @@
 Two operands are brought to [batch..., free, contracted] x [batch..., contracted, free]; the
 product lands in the output, or in a transposed view of it, whenever the free labels of each
 side are single (as in the Keras attention and EinsumDense equations), otherwise it is
-transposed into place. Ellipsis dimensions are
-batch dimensions that broadcast, as in TensorFlow. One operand goes to numpy's einsum.
+transposed into place. Ellipsis dimensions are batch dimensions that broadcast, as in
+TensorFlow. One operand goes to numpy's einsum.
 """
 import functools
 import string
