@@ -10,7 +10,12 @@ import importlib
 import numpy as np
 
 KERNELS = {}          # (op_type, device) -> [KernelDef]
-DEVICE_MODULES = {"cpu": ("elementwise", "math_ops", "reduction_ops", "matmul_ops", "array_ops", "nn_ops", "gather_scatter_ops", "scan_ops", "image_ops", "einsum_ops", "norm_ops", "depthwise_ops", "loss_ops")}
+DEVICE_MODULES = {"cpu": (
+    "elementwise", "math_ops", "reduction_ops", "matmul_ops", "array_ops", "array_concat_ops",
+    "array_index_ops", "strided_slice", "nn_ops", "conv_ops", "pooling_ops",
+    "gather_scatter_ops", "scan_ops", "misc_math_ops", "image_ops", "einsum_ops", "norm_ops",
+    "depthwise_ops", "loss_ops",
+)}
 _loaded = set()
 
 

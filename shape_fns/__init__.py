@@ -6,7 +6,12 @@ from .errors import (BackendError, InvalidArgumentError, OutOfRangeError,  # noq
 from .registry import SHAPE_FNS, VALUE_FREE, shape_fn, get  # noqa: F401
 from .spec import Spec, describe, fmt_shape  # noqa: F401
 
-MODULES = ("math_ops", "reduction_ops", "matmul_ops", "array_ops", "nn_ops", "gather_scatter_ops", "scan_ops", "image_ops", "einsum_ops", "norm_ops", "depthwise_ops", "loss_ops")
+MODULES = (
+    "math_ops", "reduction_ops", "matmul_ops", "array_ops", "array_concat_ops",
+    "array_index_ops", "strided_slice", "nn_ops", "conv_ops", "pooling_ops",
+    "gather_scatter_ops", "scan_ops", "misc_math_ops", "image_ops", "einsum_ops", "norm_ops",
+    "depthwise_ops", "loss_ops",
+)
 _loaded = False
 
 

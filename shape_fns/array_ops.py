@@ -305,4 +305,3 @@ def broadcast_gradient_args(inputs, attrs):
 
 
 # Registration happens on import.
-from . import array_concat_ops, array_index_ops, strided_slice  # noqa: E402,F401

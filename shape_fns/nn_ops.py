@@ -2,8 +2,6 @@
 conv_ops.py and pooling_ops.py."""
 import numpy as np
 
-# registration of the split-off families until MODULES lists them
-from . import conv_ops, pooling_ops  # noqa: F401
 from .common import same_dtype
 from .errors import InvalidArgumentError, Unsupported
 from .registry import shape_fn

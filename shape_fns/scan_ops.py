@@ -105,7 +105,3 @@ def reverse_axes(axes, rank):
             raise InvalidArgumentError(f"ReverseV2: axis {a} specified more than once.")
         seen.add(a)
     return sorted(seen)
-
-
-# ClipByValue and L2Loss register from here until "misc_math_ops" is in MODULES.
-from . import misc_math_ops  # noqa: E402,F401

@@ -141,4 +141,3 @@ def broadcast_gradient_args(inputs, outputs, attrs):
 
 
 # Registration happens on import.
-from . import array_concat_ops, array_index_ops, strided_slice  # noqa: E402,F401

@@ -6,8 +6,6 @@ from numba import njit
 from kernels import kernel
 from shape_fns import Unsupported
 
-# registration of the split-off families until DEVICE_MODULES lists them
-from . import conv_ops, pooling_ops  # noqa: F401
 
 FLOATS = (np.float32, np.float64)
 

@@ -173,7 +173,3 @@ def reverse(inputs, outputs, attrs):
     for a in axes:
         sl[a] = slice(None, None, -1)
     np.copyto(out, x[tuple(sl)])
-
-
-# ClipByValue and L2Loss register from here until "misc_math_ops" is in DEVICE_MODULES.
-from . import misc_math_ops  # noqa: E402,F401

@@ -9,7 +9,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
-MODULES = ("math_ops", "reduction_ops", "matmul_ops", "array_ops", "nn_ops", "gather_scatter_ops", "scan_ops", "image_ops", "einsum_ops", "norm_ops", "depthwise_ops", "loss_ops")
+MODULES = (
+    "math_ops", "reduction_ops", "matmul_ops", "array_ops", "array_index_ops", "nn_ops",
+    "conv_ops", "pooling_ops", "gather_scatter_ops", "scan_ops", "misc_math_ops", "image_ops",
+    "einsum_ops", "norm_ops", "depthwise_ops", "loss_ops",
+)
 
 
 @dataclasses.dataclass

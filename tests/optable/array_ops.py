@@ -214,7 +214,3 @@ CASES = [
            errors=lambda dt: [(np.array([2, 3], dt), np.array([4], dt)),
                               (np.array([[2, 3]], dt), np.array([3], dt))]),
 ]
-
-from .array_index_ops import CASES as _INDEX_CASES  # noqa: E402
-
-CASES += _INDEX_CASES

@@ -1,11 +1,10 @@
 """Op table: nn ops (BiasAdd, BiasAddGrad, Softmax, LogSoftmax); conv and pooling cases live in
-conv_ops.py and pooling_ops.py and are included here until they are listed in MODULES."""
-import importlib
+conv_ops.py and pooling_ops.py."""
 
 import numpy as np
 import tensorflow as tf
 
-from . import MODULES, OpCase, arr, special_floats
+from . import OpCase, arr, special_floats
 
 
 def bias_samples(dt, rng):
@@ -114,8 +113,4 @@ _OWN = [
            errors=softmax_errors, grad=True),
 ]
 
-# conv_ops / pooling_ops cases: included here until the lead lists them in MODULES
-_SPLIT = [c for m in ("conv_ops", "pooling_ops") if m not in MODULES
-          for c in importlib.import_module(f"{__package__}.{m}").CASES]
-
-CASES = _OWN + _SPLIT
+CASES = _OWN

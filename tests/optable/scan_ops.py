@@ -1,12 +1,8 @@
-"""Op table: Range, Cumsum/Cumprod, TopKV2, ReverseV2.
-
-ClipByValue and L2Loss (`misc_math_ops.py`) are appended here until that module is listed in
-MODULES.
-"""
+"""Op table: Range, Cumsum/Cumprod, TopKV2, ReverseV2."""
 import numpy as np
 import tensorflow as tf
 
-from . import MODULES, OpCase, arr, int_edges
+from . import OpCase, arr, int_edges
 from .array_ops import ALL, data
 
 R = tf.raw_ops
@@ -125,7 +121,3 @@ CASES = [
            dtypes=ALL, kind="exact", grad=True, grad_args=(0,), grad_ops=("ReverseV2",),
            errors=_rev_errors),
 ]
-
-if "misc_math_ops" not in MODULES:
-    from .misc_math_ops import CASES as _MISC
-    CASES += _MISC
