@@ -25,25 +25,25 @@ SoftsignGrad""".split()
 GRAD_Y_DY = "SigmoidGrad TanhGrad SqrtGrad RsqrtGrad ReciprocalGrad InvGrad".split()
 
 
-@shape_fn(*UNARY)
+@shape_fn(*UNARY, value_free=True)
 def unary(inputs, attrs):
     x = inputs[0]
     return [Spec(x.shape, x.dtype)]
 
 
-@shape_fn(*sorted(BOOL_UNARY))
+@shape_fn(*sorted(BOOL_UNARY), value_free=True)
 def unary_predicate(inputs, attrs):
     return [Spec(inputs[0].shape, BOOL)]
 
 
-@shape_fn(*BINARY)
+@shape_fn(*BINARY, value_free=True)
 def binary(inputs, attrs):
     x, y = inputs
     dt = same_dtype(inputs, "binary op")
     return [Spec(broadcast_shapes(x.shape, y.shape), dt)]
 
 
-@shape_fn(*COMPARE)
+@shape_fn(*COMPARE, value_free=True)
 def compare(inputs, attrs):
     x, y = inputs
     same_dtype(inputs, "comparison")
@@ -76,13 +76,13 @@ def merge_shapes(shapes, what):
     return out
 
 
-@shape_fn(*GRAD_SAME_SHAPE)
+@shape_fn(*GRAD_SAME_SHAPE, value_free=True)
 def grad_same_shape(inputs, attrs):
     dt = same_dtype(inputs, "activation gradient")
     return [Spec(merge_shapes([s.shape for s in inputs], "Inputs"), dt)]
 
 
-@shape_fn(*GRAD_Y_DY)
+@shape_fn(*GRAD_Y_DY, value_free=True)
 def grad_y_dy(inputs, attrs):
     y, dy = inputs
     dt = same_dtype(inputs, "cwise gradient")
@@ -95,18 +95,18 @@ def grad_y_dy(inputs, attrs):
     return [Spec(y.shape, dt)]
 
 
-@shape_fn("Cast")
+@shape_fn("Cast", value_free=True)
 def cast(inputs, attrs):
     return [Spec(inputs[0].shape, attrs["DstT"])]
 
 
-@shape_fn("AddN")
+@shape_fn("AddN", value_free=True)
 def add_n(inputs, attrs):
     dt = same_dtype(inputs, "AddN")
     return [Spec(merge_shapes([s.shape for s in inputs], "Inputs to AddN"), dt)]
 
 
-@shape_fn("SelectV2")
+@shape_fn("SelectV2", value_free=True)
 def select_v2(inputs, attrs):
     c, t, e = inputs
     dt = same_dtype([t, e], "SelectV2")
@@ -119,7 +119,7 @@ def select_v2(inputs, attrs):
     return [Spec(shape, dt)]
 
 
-@shape_fn("Select")
+@shape_fn("Select", value_free=True)
 def select(inputs, attrs):
     c, t, e = inputs
     dt = same_dtype([t, e], "Select")

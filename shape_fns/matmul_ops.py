@@ -19,7 +19,7 @@ def _rank_check(specs, lo, exact=False):
                 f"In[{i}] ndims must be {need}: {len(s.shape)} (shape {fmt_shape(s.shape)})")
 
 
-@shape_fn("MatMul")
+@shape_fn("MatMul", value_free=True)
 def matmul(inputs, attrs):
     a, b = inputs
     dt = same_dtype(inputs, "MatMul")
@@ -63,17 +63,17 @@ def _batch_matmul(inputs, attrs, dtype, broadcast):
     return [Spec(tuple(batch) + (m, n), dtype)]
 
 
-@shape_fn("BatchMatMul")
+@shape_fn("BatchMatMul", value_free=True)
 def batch_matmul(inputs, attrs):
     return _batch_matmul(inputs, attrs, same_dtype(inputs, "BatchMatMul"), broadcast=False)
 
 
-@shape_fn("BatchMatMulV2")
+@shape_fn("BatchMatMulV2", value_free=True)
 def batch_matmul_v2(inputs, attrs):
     return _batch_matmul(inputs, attrs, same_dtype(inputs, "BatchMatMulV2"), broadcast=True)
 
 
-@shape_fn("BatchMatMulV3")
+@shape_fn("BatchMatMulV3", value_free=True)
 def batch_matmul_v3(inputs, attrs):
     out = attrs.get("Tout")
     # TensorFlow's CPU kernels for mixed types (int8 x int8 -> int32 ...) are not ours.

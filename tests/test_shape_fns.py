@@ -61,3 +61,27 @@ def test_shape_fn_matches_tf_inference(case, tf):
                     assert not (a is None and b is not None) or True
             checked += 1
     assert checked, f"no {case.op} op found in the traced graph"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_value_free_shape_fns_ignore_values(case, tf):
+    """A shape fn registered value_free=True is cached per shapes: values must not matter."""
+    if case.skip:
+        pytest.skip(case.skip)
+    fn = shape_fns.load_all()[case.op]
+    if case.op not in shape_fns.VALUE_FREE:
+        pytest.skip(f"{case.op} reads input values")
+    rng = np.random.default_rng(11)
+    for args in case.samples(np.dtype(case.dtypes[0]), rng):
+        for op in _graph_ops(tf, case, args):
+            specs = _specs(op)
+            attrs = tfa.graph_op_attrs(op)
+            try:
+                with_values = fn(specs, attrs)
+            except Exception as e:  # noqa: BLE001
+                with_values = type(e)
+            try:
+                without = fn([Spec(s.shape, s.dtype) for s in specs], attrs)
+            except Exception as e:  # noqa: BLE001
+                without = type(e)
+            assert with_values == without

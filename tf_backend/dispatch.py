@@ -92,6 +92,7 @@ def refresh():
     _spec_cache.clear()
     from . import fastpath
     fastpath._plans.clear()
+    fastpath._splans.clear()
     owned.clear()
     kernels.load("cpu")
     shape_fns.load_all()

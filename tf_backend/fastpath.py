@@ -52,6 +52,9 @@ def on_fast(op, name, args):
             elif te != e:
                 return BOUNCE
     if simple:
+        r = _simple(op, L, args, e)
+        if r is not None:
+            return r
         flat = (L.simple_attr, e)
         tensors = args
     else:
@@ -87,6 +90,42 @@ def on_fast(op, name, args):
         inputs = [t if type(t) is ET else tfa.make_tensor(t) for t in tensors]
         tfa.record_gradient(op, inputs, flat, outs)
     return outs[0] if L.single_output else outs
+
+
+_splans = {}   # (op, dtype enum) -> (info, attrs, kdef, counter, flat) or False
+
+
+def _simple(op, L, args, e):
+    """The commonest call (tensors only, one type attr, value-free shape fn, one output) with
+    nothing generic on the way; None sends it down the general path."""
+    plan = _splans.get((op, e))
+    if plan is None:
+        flat = (L.simple_attr, e)
+        info = dispatch.info_for(op)
+        attrs, kdef, _ = dispatch._resolve(info, flat)
+        ok = kdef is not None and info.value_free and L.single_output
+        plan = _splans[(op, e)] = (
+            (info, attrs, kdef, dispatch.ledger.counter(op, kdef.name), flat) if ok else False)
+    if plan is False:
+        return None
+    info, attrs, kdef, counter, flat = plan
+    arrays = tfa.numpy_views(args)
+    key = (op, e, *[a.shape for a in arrays])
+    p = dispatch._spec_cache.get(key)
+    try:
+        if p is None:
+            p = dispatch.alloc.plan(info.shape_fn(
+                [dispatch.Spec(a.shape, a.dtype) for a in arrays], attrs))
+            dispatch._spec_cache[key] = p
+        outs = dispatch.alloc.empty_planned(p)
+        kdef.fn(arrays, outs, attrs)
+    except Exception:  # errors, Unsupported, defects: the general path handles them all
+        return None
+    next(counter)
+    out = tfa.make_tensor(outs[0])
+    if tfa.tape_active():
+        tfa.record_gradient(op, args, flat, [out])
+    return out
 
 
 def _general(L, args, n_in, nargs, ET):

@@ -139,6 +139,15 @@ def to_numpy(t):
     return a
 
 
+def numpy_views(tensors):
+    """to_numpy over a sequence, in one call (the eager hot path)."""
+    out = []
+    for t in tensors:
+        a = t._numpy()
+        out.append(a if type(a) is np.ndarray else np.asarray(a))
+    return out
+
+
 _EagerTensor = None
 
 
