@@ -14,6 +14,9 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tf_backend._startup import tune_thread_env  # noqa: E402
+
+tune_thread_env()   # as TF_BACKEND=1 does at start-up (before numpy loads OpenBLAS)
 
 
 def workloads(tf, np, keras):

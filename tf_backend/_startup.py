@@ -45,12 +45,21 @@ def _enable_from_env():
         switch.enable(mode)
 
 
+def tune_thread_env():
+    """Thread-pool settings the backend runs with; they must be in the environment before numpy
+    loads OpenBLAS. OpenBLAS workers otherwise spin ~0.1 s after every call and, on small
+    machines, starve numba's and TensorFlow's threads. A user's own settings win."""
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def install():
     """Called from the .pth file when TF_BACKEND is set."""
     global _installed
     if _installed:
         return
     _installed = True
+    tune_thread_env()
     if "tensorflow" in sys.modules:  # imported before site ran (unusual): enable now
         _enable_from_env()
         return

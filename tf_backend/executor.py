@@ -40,7 +40,12 @@ def run_kernel(kdef, shape_fn, arrays, attrs, out_specs=None):
 
 
 def as_numpy(v):
-    return v if type(v) is np.ndarray else tfa.to_numpy(v)
+    """Our arrays as they are; TensorFlow's memory as a read-only view (never written)."""
+    if type(v) is np.ndarray:
+        return v
+    a = tfa.to_numpy(v)
+    a.flags.writeable = False
+    return a
 
 
 def as_tensor(v):
@@ -294,6 +299,8 @@ def execute(node, vals):
                        out=out if type(out) is np.ndarray and out.flags.writeable else None)
     if kind == "kernel":
         arrays = [as_numpy(vals[s]) for s in node.inputs]
+        if node.op in VIEW_OPS:
+            return _view(node, arrays)
         k = node.inplace
         if k is not None and type(vals[node.inputs[k]]) is np.ndarray and arrays[k].flags.writeable:
             buf = arrays[k]
@@ -323,6 +330,21 @@ def execute(node, vals):
             loop = run(body, loop, serial=True)
         return loop
     raise NotImplementedError(kind)
+
+
+# Ops whose output is the input's data in a new shape: programs hand out a zero-copy view.
+# Views of TensorFlow memory are read-only (as_numpy), and in-place reuse only writes buffers
+# that are writable numpy arrays of ours, so a view never gets written through.
+VIEW_OPS = {"Reshape", "Squeeze", "ExpandDims"}
+
+
+def _view(node, arrays):
+    specs = node.out_specs or node.shape_fn(
+        [Spec(a.shape, a.dtype, a) for a in arrays], node.attrs)
+    a = arrays[0]
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a) if a.ndim else a.copy()
+    return [a.reshape(specs[0].shape)]
 
 
 def run_stock(node, vals):

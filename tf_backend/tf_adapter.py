@@ -419,15 +419,22 @@ def _shape_list(s):
     return None if s.rank is None else s.as_list()
 
 
+_stock = {}
+
+
 def execute_stock(op_type, inputs, flat_attrs, num_outputs):
     """Run one op on TensorFlow's own kernel (bypassing our hooks); inputs are EagerTensors."""
-    from tensorflow.python import pywrap_tfe
-    from tensorflow.python.eager import core
-    fn = _installed[2] if _installed is not None else pywrap_tfe.TFE_Py_Execute
-    c = ctx()
-    c.ensure_initialized()
+    st = _stock.get("ctx")
+    if st is None:
+        from tensorflow.python import pywrap_tfe
+        from tensorflow.python.eager import core
+        c = ctx()
+        c.ensure_initialized()
+        st = _stock["ctx"] = (c._handle, pywrap_tfe.TFE_Py_Execute, core)
+    handle, orig, core = st
+    fn = _installed[2] if _installed is not None else orig
     try:
-        return fn(c._handle, None, op_type, inputs, flat_attrs, num_outputs)
+        return fn(handle, None, op_type, inputs, flat_attrs, num_outputs)
     except core._NotOkStatusException as e:
         raise core._status_to_exception(e) from None
 
