@@ -69,6 +69,20 @@ class Program:
         self.nodes.append(node)
         return node
 
+    def consumers(self):
+        """slot -> number of reads; a program output counts as two (it always escapes)."""
+        c = {}
+        for n in self.nodes:
+            for s in n.inputs:
+                c[s] = c.get(s, 0) + 1
+        for s in self.outputs:
+            c[s] = c.get(s, 0) + 2
+        return c
+
+    def producers(self):
+        """slot -> the node that writes it."""
+        return {s: n for n in self.nodes for s in n.outputs}
+
     def finalize(self):
         """Renumber nodes and compute producers, successor lists and dependency counts."""
         for i, n in enumerate(self.nodes):

@@ -27,12 +27,7 @@ def kernel_node(name, op, inputs, outputs, dtype, where=""):
 
 
 def run(prog):
-    consumers = {}
-    for n in prog.nodes:
-        for s in n.inputs:
-            consumers[s] = consumers.get(s, 0) + 1
-    for s in prog.outputs:
-        consumers[s] = consumers.get(s, 0) + 1
+    consumers = prog.consumers()
     out, bias, bn = [], 0, 0
     for n in prog.nodes:
         if n.op == "BiasAdd" and n.kind == "kernel" and n.attrs.get("data_format", "NHWC") == "NHWC":

@@ -18,13 +18,8 @@ def _same_full_spec(prog, a, b):
 
 
 def run(prog):
-    consumers = {}
-    for n in prog.nodes:
-        for s in n.inputs:
-            consumers[s] = consumers.get(s, 0) + 1
-    for s in prog.outputs:
-        consumers[s] = consumers.get(s, 0) + 2
-    producer = {s: n for n in prog.nodes for s in n.outputs}
+    consumers = prog.consumers()
+    producer = prog.producers()
     merged, replace = set(), {}
     for n in prog.nodes:
         if n.ctrl or not (n.kind == "fused" or (n.kind == "kernel" and n.op in TABLE)):

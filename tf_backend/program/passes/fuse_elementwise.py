@@ -27,14 +27,9 @@ def _fusable(n):
 
 
 def run(prog):
-    consumers = {}
-    for n in prog.nodes:
-        for s in n.inputs:
-            consumers[s] = consumers.get(s, 0) + 1
-    for s in prog.outputs:
-        consumers[s] = consumers.get(s, 0) + 2
+    consumers = prog.consumers()
     ctrl_preds = {id(c) for n in prog.nodes for c in n.ctrl}
-    producer = {s: n for n in prog.nodes for s in n.outputs}
+    producer = prog.producers()
     absorbed = set()
     groups = []
     for root in reversed(prog.nodes):

@@ -23,7 +23,7 @@ def run(prog):
             n.kind, n.inputs, n.outputs = "noop", [], []
         kept.append(n)
     # a removed alias may be the control predecessor of others: they now wait on its inputs' producers
-    producer = {s: n for n in prog.nodes for s in n.outputs}
+    producer = prog.producers()
     removed_nodes = {id(n) for n in prog.nodes} - {id(n) for n in kept}
     for n in kept:
         new_ctrl = []

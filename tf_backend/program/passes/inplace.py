@@ -6,13 +6,8 @@ from kernels.elementwise_table import TABLE
 
 
 def run(prog):
-    consumers = {}
-    for n in prog.nodes:
-        for s in n.inputs:
-            consumers[s] = consumers.get(s, 0) + 1
-    for s in prog.outputs:
-        consumers[s] = consumers.get(s, 0) + 2
-    producer = {s: n for n in prog.nodes for s in n.outputs}
+    consumers = prog.consumers()
+    producer = prog.producers()
     count = 0
     for n in prog.nodes:
         n.inplace = None
