@@ -60,6 +60,9 @@ def ab_parser():
     s.add_argument("--metric", metavar="REGEX", help="metric names to pick from the last "
                    "'name: value' line (default: loss|acc|accuracy|...)")
     s.add_argument("--echo", action="store_true", help="print each run's output to stderr")
+    m.add_argument("--shadow", action="store_true",
+                   help="run the target once in shadow mode (every op on ours and TensorFlow's) "
+                        "and report the first and worst divergences instead of timing")
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="PATH", help="write the result document (schema in "
                    "tf_backend/ab/schema.py)")
@@ -121,6 +124,8 @@ def cmd_ab(argv):
             sys.stderr.write(f"tfb ab: {e}\n")
             return 2
         progress(f"target {target.kind} {target.name}")
+        if args.shadow:
+            return _shadow(tf, target, modes, args, progress)
         opts = inprocess.Options(repeats=args.repeats or 20, warmup=args.warmup,
                                  rewarm=args.rewarm, arms=arms.select(modes, not args.no_xla),
                                  reduction_len=args.reduction_len, op_time_calls=args.op_times,
@@ -131,6 +136,31 @@ def cmd_ab(argv):
     print(report.ab_text(doc))
     _write_outputs(args, doc, plot.ab, progress)
     return 1 if failed else 0
+
+
+def _shadow(tf, target, modes, args, progress):
+    """Localise a mismatch: run the target in shadow mode, report divergences per op."""
+    import tf_backend
+    from . import shadow
+    tf_backend.enable("shadow")
+    tf_backend.reset_stats()
+    try:
+        if "eager" in modes:
+            progress("shadow: eager")
+            target.fn(*target.inputs)
+        if "function" in modes:
+            progress("shadow: tf.function")
+            tf.function(target.fn)(*target.inputs)
+        rep = shadow.report()
+    finally:
+        tf_backend.disable()
+    print(f"tfb ab --shadow: {target.kind} {target.name}")
+    print(shadow.format_report(rep))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"tool": "tfb ab --shadow", "target": target.describe(), "shadow": rep},
+                      f, indent=1, default=str)
+    return 1 if rep["divergences"] else 0
 
 
 def cmd_bench(argv):

@@ -1,9 +1,10 @@
 """Modes and environment variables; pure Python (imported at interpreter start-up)."""
 import os
 
-MODES = ("off", "on", "strict")
+MODES = ("off", "on", "strict", "shadow")
 _ALIASES = {"": "off", "0": "off", "off": "off", "false": "off", "no": "off",
-            "1": "on", "on": "on", "true": "on", "yes": "on", "strict": "strict"}
+            "1": "on", "on": "on", "true": "on", "yes": "on", "strict": "strict",
+            "shadow": "shadow"}
 
 
 def parse_mode(value):
@@ -13,7 +14,7 @@ def parse_mode(value):
     key = str(value).strip().lower()
     if key not in _ALIASES:
         raise ValueError(
-            f"TF_BACKEND={value!r} is not a valid value: use unset/0/off, 1/on, or strict")
+            f"TF_BACKEND={value!r} is not a valid value: use unset/0/off, 1/on, strict or shadow")
     return _ALIASES[key]
 
 

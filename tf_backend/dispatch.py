@@ -5,6 +5,8 @@ Also decides, and records in the ledger, every fallback to TensorFlow's own kern
 import threading
 import warnings
 
+import numpy as np
+
 import kernels
 import shape_fns
 from shape_fns import BackendError, Spec, Unsupported, describe
@@ -202,7 +204,32 @@ def on_slow(op_name, inputs, flat_attrs, device_name):
         key = flat_attrs
     except TypeError:
         key = None
+    if mode == "shadow":
+        return _shadow_run(info, kdef, arrays, attrs, key, inputs, flat_attrs)
     return run(info, kdef, arrays, attrs, key)
+
+
+def _shadow_run(info, kdef, arrays, attrs, key, inputs, flat_attrs):
+    """Ours and TensorFlow's kernel on the same inputs; the user gets TensorFlow's result."""
+    from . import shadow
+    ours, ours_error = None, None
+    try:
+        ours = run(info, kdef, arrays, attrs, key)
+    except Exception as e:  # noqa: BLE001 - compared with TensorFlow's behaviour below
+        ours_error = e
+    if ours is None and ours_error is None:
+        return None     # we declined the op: nothing to compare
+    try:
+        ref = tfa.execute_stock(info.op, inputs, flat_attrs, len(ours) if ours else 1)
+    except Exception as e:  # noqa: BLE001
+        shadow.check(info.op, arrays, None, None, shadow.user_line(), ours_error, e)
+        raise
+    if ours_error is not None:
+        shadow.check(info.op, arrays, None, None, shadow.user_line(), ours_error, None)
+    else:
+        shadow.check(info.op, arrays, [np.asarray(t) for t in ours], [np.asarray(t) for t in ref],
+                     shadow.user_line())
+    return ref
 
 
 def _outputs(info, kdef, arrays, attrs, attrs_key):

@@ -299,6 +299,8 @@ def execute(node, vals):
                        out=out if type(out) is np.ndarray and out.flags.writeable else None)
     if kind == "kernel":
         arrays = [as_numpy(vals[s]) for s in node.inputs]
+        if shadow_mode:
+            return _shadow(node, vals, arrays)
         if node.op in VIEW_OPS:
             return _view(node, arrays)
         k = node.inplace
@@ -345,6 +347,30 @@ def _view(node, arrays):
     if not a.flags.c_contiguous:
         a = np.ascontiguousarray(a) if a.ndim else a.copy()
     return [a.reshape(specs[0].shape)]
+
+
+shadow_mode = False   # set by tf_backend.switch for TF_BACKEND=shadow
+
+
+def _shadow(node, vals, arrays):
+    """Our kernel and TensorFlow's for one node; TensorFlow's result flows on."""
+    from . import shadow
+    ours, ours_error = None, None
+    try:
+        ours = run_kernel(node.kdef, node.shape_fn, arrays, node.attrs, node.out_specs)
+    except Exception as e:  # noqa: BLE001
+        ours_error = e
+    try:
+        ref = run_stock(node, vals)
+    except Exception as e:  # noqa: BLE001
+        shadow.check(node.op, arrays, None, None, node.where, ours_error, e)
+        raise
+    if ours_error is not None:
+        if not isinstance(ours_error, Unsupported):
+            shadow.check(node.op, arrays, None, None, node.where, ours_error, None)
+    else:
+        shadow.check(node.op, arrays, ours, [as_numpy(r) for r in ref], node.where)
+    return ref
 
 
 def run_stock(node, vals):

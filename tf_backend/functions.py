@@ -135,12 +135,13 @@ def on_call(atomic_fn, args):
     if dispatch.mode == "off":
         return None
     name, graph = tfa.atomic_fn_info(atomic_fn)
-    c = _cache.get(name)
+    key = (name, dispatch.mode == "shadow")   # shadow programs keep every op as its own node
+    c = _cache.get(key)
     if c is None:
         with _lock:
-            c = _cache.get(name)
+            c = _cache.get(key)
             if c is None:
-                c = _cache[name] = compile_function(name, graph)
+                c = _cache[key] = compile_function(name, graph)
     if c.program is None:
         ledger.function_called(name, fallback=True)
         if dispatch.mode == "strict":

@@ -89,6 +89,8 @@ def error(op):
 
 def reset():
     """Zero every counter. What we know of compiled functions stays, with its calls zeroed."""
+    from . import shadow
+    shadow.reset()
     with _lock:
         _ops.clear()
         _fast_base.clear()   # counters may be held by callers: remember where they stood
@@ -120,7 +122,9 @@ def snapshot():
     with _lock:
         functions = {k: {a: b for a, b in v.items() if a != "_touched"}
                      for k, v in sorted(_functions.items()) if v.get("_touched", True)}
-    return {"ops": ops, "functions": functions,
+    from . import shadow
+    extra = {"shadow": shadow.report()} if shadow.report()["checked"] else {}
+    return {"ops": ops, "functions": functions, **extra,
             "totals": {"backend": backend_calls, "fallback": fallback_calls,
                        "coverage": backend_calls / max(1, backend_calls + fallback_calls)}}
 
@@ -136,6 +140,9 @@ def format_table(stats):
     t = stats["totals"]
     lines.append(f"total: {t['backend']} on backend kernels, {t['fallback']} fell back "
                  f"({100 * t['coverage']:.1f}% on backend)")
+    if "shadow" in stats:
+        from . import shadow
+        lines.append(shadow.format_report(stats["shadow"]))
     return "\n".join(lines)
 
 

@@ -4,7 +4,7 @@ import contextlib
 import os
 import threading
 
-from . import config, dispatch, fastpath, functions, ledger, tf_adapter as tfa
+from . import config, dispatch, executor, fastpath, functions, ledger, tf_adapter as tfa
 
 _lock = threading.RLock()
 _report_registered = False
@@ -24,6 +24,7 @@ def enable(mode="on", force=False):
         dispatch.refresh()
         dispatch.check_input_devices = tfa.gpus_visible()
         dispatch.mode = mode
+        executor.shadow_mode = mode == "shadow"
         tfa.install(dispatch.owned, fastpath.on_fast, dispatch.on_fast_passthrough, dispatch.on_fast_uncount,
                     dispatch.on_slow)
         tfa.install_function_hook(functions.on_call)
@@ -34,6 +35,7 @@ def enable(mode="on", force=False):
 def disable():
     with _lock:
         dispatch.mode = "off"
+        executor.shadow_mode = False
         tfa.uninstall()
         tfa.uninstall_function_hook()
 

@@ -11,8 +11,14 @@ PIPELINE = (identity, canonicalize, shapes, const_fold, dce, fuse_elementwise, e
             schedule)
 
 
+SHADOW_OFF = {"canonicalize", "fuse_elementwise", "epilogue", "inplace"}
+
+
 def enabled_passes():
     off = {p.strip() for p in os.environ.get("TF_BACKEND_DISABLE_PASSES", "").split(",") if p.strip()}
+    from ... import dispatch
+    if dispatch.mode == "shadow":   # each op stays a node TensorFlow can run for comparison
+        off |= SHADOW_OFF
     return [p for p in PIPELINE if p.__name__.rsplit(".", 1)[-1] not in off]
 
 
