@@ -91,3 +91,46 @@ def test_tfb_ab_shadow(tmp_path):
     assert "shadow:" in r.stdout and "0 diverged" in r.stdout
     doc = json.loads(out.read_text())
     assert doc["shadow"]["checked"] > 0 and doc["shadow"]["divergences"] == 0
+
+
+def test_trace_file_has_op_node_and_function_spans(tmp_path):
+    path = tmp_path / "trace.json"
+    code = """
+import tensorflow as tf, numpy as np
+x = tf.constant(np.ones((4, 4), np.float32))
+y = tf.nn.relu(x + 1.0)                      # eager ops on our kernels
+z = tf.math.special.bessel_i0e(x)           # an eager fallback
+@tf.function
+def f(a):
+    return tf.matmul(a, a) * 2.0
+f(x)
+"""
+    env = dict(__import__("os").environ, TF_BACKEND="1", TF_BACKEND_TRACE=str(path),
+               TF_CPP_MIN_LOG_LEVEL="2")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(path.read_text())
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    eager = {e["name"]: e for e in ev if e["cat"] == "eager"}
+    assert eager["Relu"]["args"]["path"] == "backend" and eager["Relu"]["args"]["shapes"] == "float32[4,4]"
+    assert eager["BesselI0e"]["args"]["path"] == "fallback"
+    fn = [e for e in ev if e["cat"] == "function"]
+    nodes = [e for e in ev if e["cat"] == "node"]
+    assert len(fn) == 1 and fn[0]["name"].startswith("__inference_f")
+    assert any(n["args"]["op"].startswith("MatMul") for n in nodes)
+    inner = [n for n in nodes if fn[0]["ts"] <= n["ts"] <= fn[0]["ts"] + fn[0]["dur"]]
+    assert inner, "program node spans lie inside the function call span"
+    assert all({"ts", "dur", "pid", "tid"} <= set(e) for e in ev)
+
+
+def test_tracing_off_installs_plain_hooks(tf):
+    from tf_backend import tf_adapter as tfa
+    from tf_backend import trace
+    assert not trace.ON
+    tf_backend.enable()
+    try:
+        fast, slow = tfa.entry_points()
+        assert fast.__code__.co_name == "fast_hook" and "tracer" not in fast.__code__.co_freevars
+    finally:
+        tf_backend.disable()

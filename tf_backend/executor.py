@@ -16,7 +16,7 @@ import numpy as np
 
 from shape_fns import Spec, Unsupported
 
-from . import alloc, ledger, tf_adapter as tfa
+from . import alloc, ledger, trace, tf_adapter as tfa
 
 _DONE = object()
 
@@ -251,6 +251,18 @@ class _Raise(Exception):
 
 def step(node, vals, failed):
     """Run one node into vals, or record its failure (and skip it when an input failed)."""
+    if trace.ON:
+        t0 = trace.now()
+        _step(node, vals, failed)
+        trace.span(node.name, "node", t0, op=node.op, kind=node.kind,
+                   path="fallback" if node.kind == "stock" else "backend", device="CPU:0",
+                   fused=" -> ".join(node.fused_ops), shapes=trace.shapes(
+                       vals[s] for s in node.outputs))
+        return
+    _step(node, vals, failed)
+
+
+def _step(node, vals, failed):
     for s in node.inputs:
         v = vals[s]
         if type(v) is Failed:

@@ -9,7 +9,7 @@ import numpy as np
 
 from shape_fns import BackendError, describe, Spec
 
-from . import dispatch, executor, ledger, tf_adapter as tfa
+from . import dispatch, executor, ledger, trace, tf_adapter as tfa
 from .program import lower, passes
 
 _cache = {}
@@ -151,10 +151,14 @@ def on_call(atomic_fn, args):
     if dispatch.mode == "strict" and c.strict_violations:
         raise tfa.tf_error(f"tf_backend strict mode: in function {name}, ops fell back to "
                            f"TensorFlow: {'; '.join(c.strict_violations[:10])}", 12)
+    t0 = trace.now() if trace.ON else 0.0
     try:
         outs = executor.run(_program_for(c, args), args)
     except executor._Raise as e:
         raise _to_tf_error(e.failed, name) from None
+    finally:
+        if trace.ON:
+            trace.span(name, "function", t0, device="CPU:0", shapes=trace.shapes(args))
     ledger.function_called(name, fallback=False)
     result = []
     for i, v in enumerate(outs):

@@ -4,7 +4,8 @@ import contextlib
 import os
 import threading
 
-from . import config, dispatch, executor, fastpath, functions, ledger, tf_adapter as tfa
+from . import config, dispatch, executor, fastpath, functions, ledger, trace
+from . import tf_adapter as tfa
 
 _lock = threading.RLock()
 _report_registered = False
@@ -25,8 +26,12 @@ def enable(mode="on", force=False):
         dispatch.check_input_devices = tfa.gpus_visible()
         dispatch.mode = mode
         executor.shadow_mode = mode == "shadow"
-        tfa.install(dispatch.owned, fastpath.on_fast, dispatch.on_fast_passthrough, dispatch.on_fast_uncount,
-                    dispatch.on_slow)
+        path = os.environ.get("TF_BACKEND_TRACE")
+        if path:
+            trace.start(path)
+        tfa.install(dispatch.owned, fastpath.on_fast, dispatch.on_fast_passthrough,
+                    dispatch.on_fast_uncount, dispatch.on_slow,
+                    tracer=trace if trace.ON else None)
         tfa.install_function_hook(functions.on_call)
         _register_report()
         return True

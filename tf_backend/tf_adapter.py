@@ -47,7 +47,7 @@ def _tf():
 BOUNCE = object()   # returned by on_fast: let TensorFlow's generated fallback handle this call
 
 
-def install(fast_owned, on_fast, on_fast_passthrough, on_fast_uncount, on_slow):
+def install(fast_owned, on_fast, on_fast_passthrough, on_fast_uncount, on_slow, tracer=None):
     """Patch both eager entry points.
 
     fast_owned: a set-like of op names we want to run (they are bounced to the slow path, where
@@ -86,6 +86,31 @@ def install(fast_owned, on_fast, on_fast_passthrough, on_fast_uncount, on_slow):
             if out is None:
                 return orig_slow(ctx_handle, device_name, op_name, inputs, attrs, num_outputs)
             return out
+
+        if tracer is not None:   # tracing variants: chosen here so the plain hooks pay nothing
+            fast_plain, slow_plain = fast_hook, slow_hook
+
+            def fast_hook(ctx, op_name, name, *args):
+                t0 = tracer.now()
+                try:
+                    return fast_plain(ctx, op_name, name, *args)
+                finally:
+                    tracer.span(op_name, "eager", t0, device="CPU:0",
+                                path="backend" if op_name in fast_owned else "fallback",
+                                shapes=tracer.shapes(a for a in args if hasattr(a, "shape")))
+
+            def slow_hook(ctx_handle, device_name, op_name, inputs, attrs, num_outputs):
+                t0 = tracer.now()
+                out = on_slow(op_name, inputs, attrs, device_name)
+                path = "backend"
+                if out is None:
+                    path = "fallback"
+                    out = orig_slow(ctx_handle, device_name, op_name, inputs, attrs, num_outputs)
+                name = op_name.decode() if isinstance(op_name, bytes) else op_name
+                if not name.startswith("__inference"):
+                    tracer.span(name, "eager", t0, device=device_name or "CPU:0", path=path,
+                                shapes=tracer.shapes(inputs))
+                return out
 
         fast_hook.__wrapped__, slow_hook.__wrapped__ = orig_fast, orig_slow
         pywrap_tfe.TFE_Py_FastPathExecute = fast_hook
