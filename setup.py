@@ -40,6 +40,7 @@ setup(
         "gpu": ["cupy-cuda12x"],
         "test": ["pytest>=8", "pytest-xdist", "matplotlib"],
     },
-    entry_points={"console_scripts": ["tfb=tf_backend.cli:main"]},
+    entry_points={"console_scripts": ["tfb=tf_backend.cli:main"],
+                  "pytest11": ["tf_backend = tf_backend.pytest_plugin"]},
     cmdclass={"build_py": BuildPyWithPth, "editable_wheel": EditableWheelWithPth},
 )

@@ -1,0 +1,57 @@
+"""The pytest plugin: --tf-backend modes, per-test ledger in JUnit XML, hollow passes."""
+import os
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+
+SUITE = textwrap.dedent("""
+    import numpy as np
+    import tensorflow as tf
+
+    def test_uses_kernels():
+        x = tf.constant(np.ones((2, 2), np.float32))
+        assert float(tf.reduce_sum(tf.nn.relu(x * 2.0))) == 8.0
+
+    def test_hollow():
+        assert tf.constant(1).dtype == tf.int32   # no op runs: a hollow pass
+
+    def test_unregistered():
+        tf.math.special.bessel_i0e(tf.constant([1.0]))
+""")
+
+
+def _run(tmp_path, *opts):
+    (tmp_path / "test_suite.py").write_text(SUITE)
+    xml = tmp_path / "junit.xml"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_BACKEND", None)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        str(tmp_path / "test_suite.py"), f"--junitxml={xml}", *opts],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    cases = {}
+    for tc in ET.parse(xml).getroot().iter("testcase"):
+        props = {p.get("name"): p.get("value") for p in tc.iter("property")}
+        cases[tc.get("name")] = (props, tc.find("failure") is not None)
+    return r, cases
+
+
+def test_plugin_on_records_ledger_and_hollow_passes(tmp_path):
+    r, cases = _run(tmp_path, "--tf-backend=on")
+    assert r.returncode == 0, r.stdout + r.stderr
+    props, failed = cases["test_uses_kernels"]
+    assert not failed and int(props["tf_backend_backend_calls"]) >= 3
+    assert '"Relu": 1' in props["tf_backend_ops"]
+    assert cases["test_hollow"][0]["tf_backend_hollow"] == "True"
+    assert "1 passing tests ran our kernels, 2 hollow passes" in r.stdout   # Bessel fell back
+
+
+def test_plugin_strict_fails_on_fallback(tmp_path):
+    r, cases = _run(tmp_path, "--tf-backend=strict")
+    assert cases["test_unregistered"][1] and not cases["test_uses_kernels"][1]
+
+
+def test_plugin_off_is_inert(tmp_path):
+    r, cases = _run(tmp_path, "--tf-backend=off")
+    assert r.returncode == 0
+    assert "tf_backend_backend_calls" not in cases["test_uses_kernels"][0]
