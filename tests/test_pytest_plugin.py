@@ -55,3 +55,49 @@ def test_plugin_off_is_inert(tmp_path):
     r, cases = _run(tmp_path, "--tf-backend=off")
     assert r.returncode == 0
     assert "tf_backend_backend_calls" not in cases["test_uses_kernels"][0]
+
+
+CONFORMANCE_SUITE = textwrap.dedent("""
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow.python import pywrap_tfe
+
+    def _patched():
+        return hasattr(pywrap_tfe.TFE_Py_Execute, "__wrapped__")
+
+    def test_regression():       # passes on stock, fails with the backend on
+        assert not _patched()
+
+    def test_fix():              # fails on stock, passes with the backend on
+        assert _patched()
+
+    def test_hollow():           # passes both ways, no op runs
+        assert tf.constant(2).dtype == tf.int32
+
+    def test_real():             # passes both ways on our kernels
+        assert float(tf.reduce_sum(tf.ones((2, 2)) * 2.0)) == 8.0
+
+    def test_known():            # a documented difference
+        assert not _patched(), "differs by design"
+""")
+
+
+def test_conformance_command_reports_regression_fix_hollow(tmp_path):
+    import json
+    (tmp_path / "test_conf.py").write_text(CONFORMANCE_SUITE)
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"known": {"test_conf::test_known": "patched by design"}}))
+    out = tmp_path / "res.json"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_BACKEND", None)
+    r = subprocess.run([sys.executable, "-m", "tf_backend", "conformance", "--manifest",
+                        str(manifest), "--json", str(out), "--", str(tmp_path / "test_conf.py"),
+                        "-p", "no:cacheprovider"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    res = json.loads(out.read_text())
+    assert r.returncode == 1, r.stdout + r.stderr          # one unexplained regression
+    assert [x["test"] for x in res["regressions"]] == ["test_conf::test_regression"]
+    assert [x["test"] for x in res["fixes"]] == ["test_conf::test_fix"]
+    assert res["hollow"] == ["test_conf::test_hollow"] or "test_conf::test_hollow" in res["hollow"]
+    assert [x["test"] for x in res["known"]] == ["test_conf::test_known"]
+    assert res["ran_kernels"] >= 1 and "1 regressions, 1 fixes" in r.stdout
