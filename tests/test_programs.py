@@ -351,3 +351,41 @@ def test_programs_specialise_per_input_shape(tf, tmp_path, monkeypatch):
     spec = [p for p in tmp_path.iterdir() if "specialized" in p.name]
     assert len(spec) == 2 and "[3,8]" in spec[0].read_text() + spec[1].read_text()
     functions.clear_cache()
+
+
+def test_mirrored_strategy_two_cpus_matches_stock_and_never_hangs():
+    """Collectives only work in TF's graph executor: such functions run whole on TensorFlow,
+    replica calls placed on CPU:1 too; results equal stock."""
+    import subprocess
+    import sys
+    code = """
+import numpy as np, tensorflow as tf, keras, tf_backend
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+def train():
+    keras.utils.set_random_seed(0)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                              keras.layers.Dense(2)])
+        m.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 8)).astype(np.float32)
+    y = rng.integers(0, 2, 32).astype(np.int32)
+    h = m.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    return h.history["loss"], [np.asarray(w) for w in m.weights]
+ref = train()
+tf_backend.enable()
+ours = train()
+st = tf_backend.stats()
+np.testing.assert_allclose(ours[0], ref[0], rtol=1e-5)
+for a, b in zip(ours[1], ref[1]):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+reasons = {f.get("reason") for f in st["functions"].values()}
+print("OK", sorted(r for r in reasons if r))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=400,
+                       env=dict(__import__("os").environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "OK" in r.stdout

@@ -132,8 +132,8 @@ def _dump(prog, stage):
 
 
 def on_call(atomic_fn, args):
-    if dispatch.mode == "off":
-        return None
+    if dispatch.mode == "off" or not tfa.device_is_cpu(tfa.current_device()):
+        return None   # a call placed on another device (e.g. a MirroredStrategy replica)
     name, graph = tfa.atomic_fn_info(atomic_fn)
     key = (name, dispatch.mode == "shadow")   # shadow programs keep every op as its own node
     c = _cache.get(key)

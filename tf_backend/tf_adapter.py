@@ -497,3 +497,8 @@ def pywrap():
     per-op timer)."""
     from tensorflow.python import pywrap_tfe
     return pywrap_tfe
+
+
+def current_device():
+    """The calling thread's device scope ('' when none)."""
+    return ctx()._thread_local_data.device_name or ""

@@ -19,6 +19,11 @@ CASE_OPS = {"Case", "StatelessCase"}
 ALIAS_OPS = {"Identity", "StopGradient", "Snapshot", "PreventGradient", "EnsureShape_disabled"}
 NOOP_OPS = {"NoOp"}
 MAX_INLINE_DEPTH = 32
+# Ops that only work inside TensorFlow's graph executor: run op by op they would wait forever
+# for their peers (collectives across replicas, send/recv pairs). Their functions run whole on
+# TensorFlow.
+WHOLE_FUNCTION_OPS = {"Send", "Recv", "_Send", "_Recv", "_HostSend", "_HostRecv"}
+WHOLE_FUNCTION_PREFIXES = ("Collective", "Nccl", "_Nccl")
 
 
 class Unlowerable(Exception):
@@ -65,8 +70,10 @@ def _lower_ops(prog, graph, env, ctrl_prefix, depth):
     for op in graph.get_operations():
         if op.type == "Placeholder" and all(o.ref() in inputs for o in op.outputs):
             continue
-        if op.device and "GPU" in op.device.upper():
-            raise Unlowerable("device_placement")
+        if op.type in WHOLE_FUNCTION_OPS or op.type.startswith(WHOLE_FUNCTION_PREFIXES):
+            raise Unlowerable(f"collective:{op.type}")
+        if op.device and not tfa.device_is_cpu(op.device):
+            raise Unlowerable(f"device_placement:{op.device}")
         ins = []
         for t in op.inputs:
             if t.ref() not in env:
