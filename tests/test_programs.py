@@ -389,3 +389,28 @@ print("OK", sorted(r for r in reasons if r))
                        env=dict(__import__("os").environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "OK" in r.stdout
+
+
+def test_channels_first_stock_ops_run_the_function_whole(tf):
+    """CPU Conv3D has no NCDHW kernel: only Grappler's layout rewrite makes such a graph valid
+    (Keras' conv_3d tests), so lowering refuses it and the function runs whole on TensorFlow."""
+    from tf_backend.program import lower
+    w = tf.ones((2, 2, 2, 2, 3))
+
+    def f(x):
+        return tf.nn.conv3d(x, w, [1, 1, 1, 1, 1], "VALID", data_format="NCDHW") * 2.0
+
+    graph = tf.function(f).get_concrete_function(tf.TensorSpec((1, 2, 4, 4, 4))).graph
+    with pytest.raises(lower.Unlowerable) as ei:
+        lower.lower(graph, "f")
+    assert ei.value.reason == "layout:Conv3D:NCDHW"
+
+
+def test_slow_path_accepts_attrs_none(backend, tf):
+    from tf_backend import tf_adapter as tfa
+    from tensorflow.python.eager import context   # test-only: call the patched entry point
+    t = tf.constant([True, False])
+    ctx = context.context()
+    out = tfa.pywrap().TFE_Py_Execute(ctx._handle, None, "LogicalNot", [t], None, 1)
+    np.testing.assert_array_equal(np.asarray(out[0]), [False, True])
+    assert backend.stats()["ops"]["LogicalNot"]["backend"] == 1

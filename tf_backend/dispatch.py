@@ -184,6 +184,8 @@ def on_slow(op_name, inputs, flat_attrs, device_name):
     info = info_for(op)
     if info is None:
         return None
+    if flat_attrs is None:   # some TF Python code calls TFE_Py_Execute with attrs=None
+        flat_attrs = ()
     if info.reason is not None:
         return _fallback(info, info.reason)
     if device_name and not tfa.device_is_cpu(device_name):

@@ -140,24 +140,38 @@ def _make_node(prog, graph, op, ins, outs, ctrl, where, depth):
         return _control_flow(graph, op, ins, outs, ctrl, where, depth)
     node = Node(op.name, t, "stock", ins, outs, ctrl=ctrl, where=where)
     node.raw_attrs = tfa.raw_attrs(op)
+    layout = _data_format(node.raw_attrs)
     info = dispatch.info_for(t)
     node.stateful = bool(op.op_def.is_stateful)
     if info is None:
         node.reason = "not_an_op"
-        return node
+        return _stock_checked(node, layout)
     if info.reason is not None:
         node.reason = info.reason
-        return node
+        return _stock_checked(node, layout)
     attrs = tfa.graph_op_attrs(op)
     if any(v is None for k, v in attrs.items() if k in info.type_attrs):
         node.reason = "dtype:unsupported"
-        return node
+        return _stock_checked(node, layout)
     kdef, reason = kernels.lookup(t, "cpu", attrs)
     if kdef is None:
         node.reason = reason
-        return node
+        return _stock_checked(node, layout)
     node.kind, node.kdef, node.attrs = "kernel", kdef, attrs
     node.shape_fn, node.value_free = info.shape_fn, info.value_free
+    return node
+
+
+def _data_format(raw_attrs):
+    d = dict(zip(raw_attrs[::2], raw_attrs[1::2])).get("data_format")
+    return d.decode() if isinstance(d, bytes) else d
+
+
+def _stock_checked(node, layout):
+    """A channels-first op left to TensorFlow is only valid after Grappler's layout rewrite
+    (e.g. CPU Conv3D has no NCDHW kernel): op by op it would fail, so the function runs whole."""
+    if layout and layout.startswith("NC"):
+        raise Unlowerable(f"layout:{node.op}:{layout}")
     return node
 
 
