@@ -40,21 +40,6 @@ def same_dtype(inputs, op):
     return d
 
 
-def normalize_axis(axis, rank, op="op"):
-    """Map a possibly negative axis into [0, rank); InvalidArgument when out of range."""
-    axis = int(axis)
-    if not -rank <= axis < rank:
-        raise InvalidArgumentError(
-            f"{op}: axis {axis} is out of range for a tensor of rank {rank}, "
-            f"expected in [{-rank}, {rank})")
-    return axis + rank if axis < 0 else axis
-
-
-def const_value(spec):
-    """The host value of an input (np.ndarray) or None when unknown."""
-    return spec.value
-
-
 def int_list(spec):
     v = spec.value
     if v is None:

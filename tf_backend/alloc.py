@@ -17,10 +17,6 @@ def empty(shape, dtype):
     return buf[off:off + n].view(dtype).reshape(shape)
 
 
-def is_aligned(a):
-    return a.ctypes.data % ALIGN == 0
-
-
 def plan(specs):
     """Precomputed (shape, dtype, aligned?) per output spec, for repeated allocation."""
     out = []

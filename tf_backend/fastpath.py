@@ -112,15 +112,8 @@ def _simple(op, L, args, e):
         return None
     info, attrs, kdef, counter, flat = plan
     arrays = tfa.numpy_views(args)
-    key = (op, e, *[a.shape for a in arrays])
-    p = dispatch._spec_cache.get(key)
     try:
-        if p is None:
-            p = dispatch.alloc.plan(info.shape_fn(
-                [dispatch.Spec(a.shape, a.dtype) for a in arrays], attrs))
-            dispatch._spec_cache[key] = p
-        outs = dispatch.alloc.empty_planned(p)
-        kdef.fn(arrays, outs, attrs)
+        outs = dispatch._outputs(info, kdef, arrays, attrs, flat)
     except Exception:  # errors, Unsupported, defects: the general path handles them all
         return None
     next(counter)

@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 
-from shape_fns import BackendError, describe, Spec
+from shape_fns import BackendError, Spec
 
 from . import dispatch, executor, ledger, trace, tf_adapter as tfa
 from .program import lower, passes

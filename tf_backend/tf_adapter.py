@@ -88,7 +88,7 @@ def install(fast_owned, on_fast, on_fast_passthrough, on_fast_uncount, on_slow, 
             return out
 
         if tracer is not None:   # tracing variants: chosen here so the plain hooks pay nothing
-            fast_plain, slow_plain = fast_hook, slow_hook
+            fast_plain = fast_hook
 
             def fast_hook(ctx, op_name, name, *args):
                 t0 = tracer.now()
@@ -306,15 +306,6 @@ _tape_set_is_empty = None
 _record_gradient = None
 
 
-def fast_context_ok(ctx):
-    """True when an op may run directly: no op callbacks and a CPU (or no) device scope."""
-    tld = ctx._thread_local_data
-    if tld.op_callbacks:
-        return False
-    dn = tld.device_name
-    return not dn or dn.endswith("CPU:0")
-
-
 def tape_active():
     global _tape_set_is_empty
     if _tape_set_is_empty is None:
@@ -468,14 +459,6 @@ def const_value(op):
     """numpy value of a Const op (object arrays for strings)."""
     from tensorflow.python.framework import tensor_util
     return tensor_util.MakeNdarray(op.get_attr("value"))
-
-
-def is_eager_tensor(v):
-    return type(v) is eager_tensor_type()
-
-
-def dtype_enum_of_graph_tensor(t):
-    return t.dtype.as_datatype_enum
 
 
 def make_tensor_any(arr):

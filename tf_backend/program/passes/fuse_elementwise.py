@@ -9,7 +9,6 @@ import numpy as np
 
 from kernels.cpu import fusion
 from kernels.elementwise_table import TABLE
-from shape_fns import Spec
 
 from ... import executor
 from ..ir import Node
