@@ -99,23 +99,29 @@ def _runner(dt, n_in, steps, order, ext, root, spec):
     built = {}   # input shapes -> (kernels, patterns)
 
     def run_fused(arrays, out_specs, out=None):
-        key = tuple(a.shape for a in arrays)
+        # out: a buffer to write into (in place: usually one of the inputs), or None
+        alias = None if out is None else fusion.alias_of(arrays, out)
+        key = (tuple(a.shape for a in arrays), alias)
         got = built.get(key)
         if got is None:
-            shape = out_specs[0].shape if out_specs is not None else np.broadcast_shapes(*key)
-            p = fusion.plan(key, shape)
+            shapes = key[0]
+            shape = (tuple(out_specs[0].shape) if out_specs is not None
+                     else np.broadcast_shapes(*shapes))
+            p = fusion.plan(shapes, shape)
             if p is None:
-                got = (None, shape, 0, 0)
+                got = (None, shape, 0, 0, None)
             else:
-                got = (fusion.build(dt, n_in, steps, p[0]), shape, p[1], p[2])
+                if alias is not None and (shapes[alias] != shape or p[0][alias] != "f"):
+                    alias = None
+                got = (fusion.build(dt, n_in, steps, p[0], alias), shape, p[1], p[2], alias)
             if len(built) < 64:
                 built[key] = got
-        kern, shape, rows, cols = got
+        kern, shape, rows, cols, alias = got
         if kern is None:
             return _unfused(arrays)
-        if out is None or out.shape != tuple(shape):
+        if out is None or out.shape != shape or (alias is None and key[1] is not None):
             out = executor.alloc.empty(shape, dt)
-        fusion.run(kern, arrays, out, rows, cols, len(steps))
+        fusion.run(kern, arrays, out, rows, cols, len(steps), alias)
         return [out]
 
     def _unfused(arrays):
