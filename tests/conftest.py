@@ -9,6 +9,16 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running suites, not in the default CI run")
 
 
+def pytest_collection_modifyitems(config, items):
+    """`slow` tests run only when selected by marker (`-m slow`)."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def tf():
     import tensorflow

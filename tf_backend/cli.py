@@ -5,6 +5,9 @@
   tfb ab --callable pkg.mod:make           make() -> (fn, inputs); see tf_backend/ab/targets.py
   tfb ab -- python train.py ...            script run twice, TF_BACKEND=0 and TF_BACKEND=1
   tfb bench [--quick] [--only GEMM]        the standing workloads (tf_backend/ab/bench.py)
+  tfb zoo [--models mlp,cnn] [--modes eager,function,fit] [--json t.json] [--markdown]
+                                           the model-zoo table: match, coverage by count and
+                                           time, ours/stock (tf_backend/zoo_report.py)
   tfb conformance [--manifest m.json] -- PYTEST ARGS   a test suite off vs on: regressions,
                                            fixes, hollow passes (tf_backend/conformance.py)
 Exit code: 0, 1 when outputs mismatch or a script fails, 2 on usage errors.
@@ -175,9 +178,15 @@ def cmd_conformance(argv):
     return conformance.main(argv)
 
 
+def cmd_zoo(argv):
+    from . import zoo_report
+    return zoo_report.main(argv)
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    cmds = {"ab": cmd_ab, "bench": cmd_bench, "conformance": cmd_conformance}
+    cmds = {"ab": cmd_ab, "bench": cmd_bench, "conformance": cmd_conformance,
+            "zoo": cmd_zoo}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in cmds:
         sys.stdout.write(__doc__)
         return 0 if not argv or argv[0] in ("-h", "--help") else 2

@@ -37,6 +37,30 @@ def cnn(keras):
     return small_cnn(keras, size=32, channels=3, classes=10)
 
 
+def resnet_block(keras, size=8, channels=16, filters=8, classes=10):
+    """One ResNet bottleneck block (1x1 -> 3x3 -> 1x1 convolutions with BatchNormalization and
+    ReLU, a projection shortcut, Add, ReLU) on small inputs, then a pooled head: ResNet-50's
+    building block at CI size."""
+    L = keras.layers
+    x_in = keras.Input((size, size, channels))
+    x = L.Conv2D(channels, 3, padding="same", use_bias=False)(x_in)   # a stem
+    x = L.BatchNormalization(epsilon=1.001e-5)(x)
+    x = L.ReLU()(x)
+    shortcut = L.Conv2D(4 * filters, 1, strides=2)(x)
+    shortcut = L.BatchNormalization(epsilon=1.001e-5)(shortcut)
+    h = L.Conv2D(filters, 1, strides=2)(x)
+    h = L.BatchNormalization(epsilon=1.001e-5)(h)
+    h = L.Activation("relu")(h)
+    h = L.Conv2D(filters, 3, padding="same")(h)
+    h = L.BatchNormalization(epsilon=1.001e-5)(h)
+    h = L.Activation("relu")(h)
+    h = L.Conv2D(4 * filters, 1)(h)
+    h = L.BatchNormalization(epsilon=1.001e-5)(h)
+    x = L.Activation("relu")(L.Add()([shortcut, h]))
+    out = L.Dense(classes)(L.GlobalAveragePooling2D()(x))
+    return keras.Model(x_in, out, name="resnet_block")
+
+
 def resnet50(keras):
     return keras.applications.ResNet50(weights=None)
 
@@ -68,8 +92,8 @@ def lstm(keras, seq=32, features=64, units=128, classes=10):
 
 
 BUILDERS = {"mlp": mlp, "small_mlp": small_mlp, "small_cnn": small_cnn, "cnn": cnn,
-            "resnet50": resnet50, "mobilenetv2": mobilenetv2, "densenet121": densenet121,
-            "transformer": transformer, "lstm": lstm}
+            "resnet_block": resnet_block, "resnet50": resnet50, "mobilenetv2": mobilenetv2,
+            "densenet121": densenet121, "transformer": transformer, "lstm": lstm}
 
 
 def build(name, keras, seed=0):

@@ -1,0 +1,400 @@
+"""`tfb zoo`: the model-zoo table: each bundled model x mode, stock vs tf_backend.
+
+  tfb zoo [--models mlp,cnn] [--modes eager,function,fit] [--json out.json] [--markdown]
+
+Modes (same seed, same data on both sides; a fresh model per side):
+  eager     model(x, training=False), called eagerly
+  function  tf.function(lambda x: model(x, training=False)) (inference through our programs)
+  fit       model.fit for a few steps (SGD, Keras' compiled train function, batch `batch`), then
+            model.evaluate on the same data
+Per cell:
+  match     outputs (eager/function), or fit losses, evaluate loss and every updated weight
+            (BatchNorm moving statistics included), within numerics.compare's "reduction"
+            tolerance for the model's reduction length (DESIGN.md §6).
+  coverage  share of executed compute ops on our kernels, by count (the ledger, one warm call)
+            and by time (the per-op / per-node trace spans of that same call). Not compute ops,
+            and excluded: ops with resource/variant/string arguments (variable reads/writes,
+            iterators, optionals), NoOp, and function-call ops (their bodies are counted).
+            Control-flow nodes (If/While/Case) are containers: their bodies' nodes are counted.
+  ratio     ours / stock: median time of `repeats` calls after warm-up.
+"""
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+MODES = ("eager", "function", "fit")
+ISSUE_MODELS = ("mlp", "cnn", "resnet50", "mobilenetv2", "densenet121", "transformer", "lstm")
+CI_MODELS = ("small_mlp", "small_cnn", "resnet_block")
+
+EXCLUDED_DOC = ("compute ops exclude state ops (resource/variant/string arguments: variable "
+                "reads/writes, iterators, optionals), NoOp and function-call ops (bodies counted)")
+
+
+class Spec:
+    """How a model is run: batch, fit steps, timed calls, reduction length for the tolerance."""
+
+    def __init__(self, batch, steps=2, repeats=5, reduction_len=4096):
+        self.batch, self.steps, self.repeats, self.reduction_len = batch, steps, repeats, \
+            reduction_len
+
+
+SPECS = {
+    "small_mlp": Spec(16, steps=3, repeats=7),
+    "mlp": Spec(16, steps=3, repeats=7),
+    "small_cnn": Spec(8, steps=3, repeats=7),
+    "cnn": Spec(8, steps=3, repeats=5),
+    "resnet_block": Spec(4, steps=3, repeats=5),
+    "resnet50": Spec(2, steps=2, repeats=3, reduction_len=1 << 16),
+    "mobilenetv2": Spec(2, steps=2, repeats=3, reduction_len=1 << 16),
+    "densenet121": Spec(2, steps=2, repeats=3, reduction_len=1 << 16),
+    "transformer": Spec(2, steps=2, repeats=5, reduction_len=1 << 14),
+    "lstm": Spec(4, steps=2, repeats=3, reduction_len=1 << 14),
+}
+
+
+def spec_for(name):
+    return SPECS.get(name, Spec(4))
+
+
+# --- what counts as a compute op -------------------------------------------------------------
+_CALL_OPS = {"PartitionedCall", "StatefulPartitionedCall", "NoOp"}
+_excluded_cache = {}
+
+
+def excluded(op):
+    """True for ops that are not compute: state (resource/variant/string args), NoOp, calls."""
+    r = _excluded_cache.get(op)
+    if r is None:
+        if op in _CALL_OPS or op.startswith("__inference") or op.startswith("__forward"):
+            r = True
+        else:
+            from . import dispatch
+            try:
+                r = bool(dispatch._touches_state(op))
+            except Exception:  # not an op TensorFlow knows: count it
+                r = False
+        _excluded_cache[op] = r
+    return r
+
+
+def coverage(stats, events):
+    """Coverage by count (ledger snapshot) and by time (trace events) over compute ops.
+
+    Returns {"count", "time", "ops": {op: {backend, fallback, reasons, backend_s, fallback_s}},
+    "excluded": {op: calls}, "fallbacks": [...]}.
+    """
+    ops, excl = {}, {}
+    for op, o in stats["ops"].items():
+        if excluded(op):
+            excl[op] = o["backend"] + o["fallback"]
+            continue
+        ops[op] = {"backend": o["backend"], "fallback": o["fallback"],
+                   "reasons": dict(o["reasons"]), "backend_s": 0.0, "fallback_s": 0.0}
+    for e in events:
+        cat, a = e["cat"], e["args"]
+        if cat not in ("eager", "node") or a.get("kind") in ("if", "while", "case", "noop"):
+            continue
+        name = a.get("op") or e["name"]
+        if isinstance(name, bytes):
+            name = name.decode()
+        if excluded(name):
+            continue
+        o = ops.setdefault(name, {"backend": 0, "fallback": 0, "reasons": {}, "backend_s": 0.0,
+                                  "fallback_s": 0.0})
+        path = a.get("path")
+        if a.get("kind") == "fused":   # a generated loop over several table ops: ours
+            path = "backend"
+        o["backend_s" if path == "backend" else "fallback_s"] += e["dur"] * 1e-6
+    for o in ops.values():
+        # an owned op that bounced from the fast path and then fell back: its (tiny) fast-path
+        # span says "backend"; with no backend call in the ledger, it is all fallback time
+        if o["backend"] == 0 and o["fallback"] > 0 and o["backend_s"]:
+            o["fallback_s"] += o["backend_s"]
+            o["backend_s"] = 0.0
+    nb = sum(o["backend"] for o in ops.values())
+    nf = sum(o["fallback"] for o in ops.values())
+    tb = sum(o["backend_s"] for o in ops.values())
+    tf_ = sum(o["fallback_s"] for o in ops.values())
+    fallbacks = sorted(({"op": op, "calls": o["fallback"], "reasons": o["reasons"],
+                         "seconds": round(o["fallback_s"], 6)}
+                        for op, o in ops.items() if o["fallback"] or o["fallback_s"] > 0),
+                       key=lambda f: (-f["seconds"], -f["calls"]))
+    return {"count": nb / (nb + nf) if nb + nf else None,
+            "time": tb / (tb + tf_) if tb + tf_ else None,
+            "calls": {"backend": nb, "fallback": nf},
+            "seconds": {"backend": round(tb, 6), "fallback": round(tf_, 6)},
+            "ops": ops, "excluded": excl, "fallbacks": fallbacks}
+
+
+# --- the workloads ---------------------------------------------------------------------------
+class Workload:
+    """One model on one side: build (fixed seed) and run the mode's call."""
+
+    def __init__(self, tf, keras, name, mode, spec, seed=0):
+        from . import zoo
+        self.tf, self.keras, self.mode, self.spec = tf, keras, mode, spec
+        self.model = zoo.build(name, keras, seed=seed)
+        n = spec.batch * (spec.steps if mode == "fit" else 1)
+        x, y = zoo.sample_batch(self.model, n, seed=seed + 1)
+        self.x, self.y = x, y
+        if mode == "eager":
+            self.xt = tf.constant(x)
+        elif mode == "function":
+            self.xt = tf.constant(x)
+            model = self.model
+            self.fn = tf.function(lambda t: model(t, training=False))
+        else:
+            last = self.model.layers[-1]
+            act = getattr(getattr(last, "activation", None), "__name__", "")
+            self.model.compile(
+                optimizer=keras.optimizers.SGD(0.01),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=act != "softmax"))
+
+    def call(self):
+        """Run once; returns the values to compare: a dict name -> array."""
+        if self.mode == "eager":
+            return {"output": self.model(self.xt, training=False).numpy()}
+        if self.mode == "function":
+            return {"output": self.fn(self.xt).numpy()}
+        b = self.spec.batch
+        hist = self.model.fit(self.x, self.y, batch_size=b, epochs=1, shuffle=False, verbose=0)
+        ev = self.model.evaluate(self.x, self.y, batch_size=b, verbose=0)
+        out = {"fit_loss": np.asarray(hist.history["loss"], np.float32),
+               "evaluate_loss": np.asarray(ev, np.float32)}
+        for i, w in enumerate(self.model.weights):
+            out[f"weight {i} ({w.name})"] = np.asarray(w)
+        return out
+
+
+def compare_values(ours, ref, reduction_len):
+    """(ok, first problem or None, max abs error, max rel error) over all named values."""
+    from . import numerics
+    problem, max_abs, max_rel = None, 0.0, 0.0
+    for k, r in ref.items():
+        o = ours.get(k)
+        if o is None:
+            problem = problem or f"{k}: missing"
+            continue
+        msg = numerics.compare(o, r, "reduction", reduction_len)
+        if msg is None and np.asarray(r).size:
+            pass
+        if msg is not None and problem is None:
+            problem = f"{k}: {msg}"
+        if np.asarray(o).shape == np.asarray(r).shape and np.asarray(r).size:
+            a, rel = numerics.max_errors(o, r)
+            max_abs, max_rel = max(max_abs, a), max(max_rel, rel)
+    return problem is None, problem, max_abs, max_rel
+
+
+def _timed(call, n):
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        call()
+        ts.append(time.perf_counter() - t0)
+    return ts
+
+
+def run_cell(tf, keras, name, mode, spec=None, repeats=None, progress=None):
+    """One model x mode: stock, then ours; match, coverage, time ratio."""
+    import tf_backend
+    from . import trace
+    spec = spec or spec_for(name)
+    repeats = repeats if repeats is not None else spec.repeats
+    say = progress or (lambda m: None)
+    cell = {"model": name, "mode": mode, "batch": spec.batch,
+            "steps": spec.steps if mode == "fit" else None, "status": "ok", "error": None}
+    t_start = time.perf_counter()
+    try:
+        tf_backend.disable()
+        say(f"{name}/{mode}: stock")
+        stock = Workload(tf, keras, name, mode, spec)
+        ref = stock.call()
+        if mode != "fit":
+            stock.call()   # warm-up (fit: the first call was it)
+        t_stock = _timed(stock.call, repeats)
+
+        say(f"{name}/{mode}: ours")
+        if not tf_backend.enable():
+            raise RuntimeError("tf_backend.enable() refused (unverified TensorFlow version?)")
+        ours_w = Workload(tf, keras, name, mode, spec)
+        ours = ours_w.call()
+        ok, problem, max_abs, max_rel = compare_values(ours, ref, spec.reduction_len)
+        # one warm call with the ledger reset and trace spans on: coverage by count and time
+        tf_backend.disable()
+        was_on = trace.ON
+        trace.ON = True
+        n_events = len(trace._events)
+        try:
+            tf_backend.enable()
+            ours_w.call()   # re-warm after the switch, untraced ops still count as warm
+            tf_backend.reset_stats()
+            n_events = len(trace._events)
+            ours_w.call()
+            stats = tf_backend.stats()
+            events = trace._events[n_events:]
+        finally:
+            tf_backend.disable()
+            del trace._events[n_events:]
+            trace.ON = was_on
+        cov = coverage(stats, events)
+        tf_backend.enable()
+        ours_w.call()   # re-warm untraced
+        t_ours = _timed(ours_w.call, repeats)
+    except Exception as e:  # noqa: BLE001 - one broken cell does not stop the table
+        tf_backend.disable()
+        cell.update(status="error", error=f"{type(e).__name__}: {e}")
+        cell["seconds"] = round(time.perf_counter() - t_start, 1)
+        return cell
+    finally:
+        tf_backend.disable()
+    ms, mo = statistics.median(t_stock), statistics.median(t_ours)
+    cell.update(match=ok, mismatch=problem, max_abs_error=max_abs, max_rel_error=max_rel,
+                reduction_len=spec.reduction_len, compared=len(ref),
+                coverage_count=cov["count"], coverage_time=cov["time"],
+                stock_s=ms, ours_s=mo, ratio=mo / ms if ms else None,
+                stock_times=t_stock, ours_times=t_ours,
+                calls=cov["calls"], op_seconds=cov["seconds"], fallbacks=cov["fallbacks"],
+                excluded=cov["excluded"],
+                ops={op: {k: v for k, v in o.items()} for op, o in cov["ops"].items()},
+                functions={k: {a: b for a, b in v.items() if a in ("compiled", "reason",
+                                                                   "calls", "fallback_calls")}
+                           for k, v in stats.get("functions", {}).items()},
+                seconds=round(time.perf_counter() - t_start, 1))
+    return cell
+
+
+def run(models, modes, repeats=None, progress=None):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import tensorflow as tf
+    cells = []
+    for name in models:
+        for mode in modes:
+            cells.append(run_cell(tf, keras, name, mode, repeats=repeats, progress=progress))
+            c = cells[-1]
+            if progress:
+                progress(f"{name}/{mode}: {_short(c)}")
+    return {"tool": "tfb zoo", "tensorflow": tf.__version__, "keras": keras.__version__,
+            "cpus": os.cpu_count(), "load_average": list(os.getloadavg()),
+            "coverage_excludes": EXCLUDED_DOC, "cells": cells}
+
+
+# --- output ------------------------------------------------------------------------------------
+def _pct(v):
+    return "n/a" if v is None else f"{100 * v:.1f}%"
+
+
+def _short(c):
+    if c["status"] != "ok":
+        return f"error: {c['error']}"
+    return (f"match={'yes' if c['match'] else 'NO'} count={_pct(c['coverage_count'])} "
+            f"time={_pct(c['coverage_time'])} ratio={c['ratio']:.2f} ({c['seconds']} s)")
+
+
+def _fmt_s(s):
+    return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
+
+
+HEADER = ("model", "mode", "batch", "match", "max rel err", "cov count", "cov time",
+          "stock", "ours", "ours/stock", "top fallbacks (calls)")
+
+
+def rows(doc):
+    out = []
+    for c in doc["cells"]:
+        batch = f"{c['batch']}" + (f"x{c['steps']}" if c.get("steps") else "")
+        if c["status"] != "ok":
+            out.append((c["model"], c["mode"], batch, "ERROR", "", "", "", "", "", "",
+                        c["error"][:80]))
+            continue
+        fb = ", ".join(f"{f['op']}×{f['calls']}" for f in c["fallbacks"][:3])
+        out.append((c["model"], c["mode"], batch, "yes" if c["match"] else "NO",
+                    f"{c['max_rel_error']:.1e}", _pct(c["coverage_count"]),
+                    _pct(c["coverage_time"]), _fmt_s(c["stock_s"]), _fmt_s(c["ours_s"]),
+                    f"{c['ratio']:.2f}", fb or "-"))
+    return out
+
+
+def _title(doc):
+    return (f"tfb zoo: TensorFlow {doc['tensorflow']}, Keras {doc['keras']}, {doc['cpus']} CPUs, "
+            f"load {doc['load_average'][0]:.2f}; coverage = executed compute ops on our kernels "
+            f"(ledger count / trace time); {doc['coverage_excludes']}; batch x fit steps; time = "
+            f"median per call (fit: fit + evaluate)")
+
+
+def text(doc):
+    rs = [HEADER] + rows(doc)
+    w = [max(len(r[i]) for r in rs) for i in range(len(HEADER))]
+    lines = [_title(doc)]
+    lines += ["  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rs]
+    lines += _problems(doc)
+    return "\n".join(lines)
+
+
+def markdown(doc):
+    lines = [_title(doc), "", "| " + " | ".join(HEADER) + " |",
+             "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows(doc)]
+    p = _problems(doc)
+    if p:
+        lines += [""] + [f"- {x.strip()}" for x in p[1:]]
+    return "\n".join(lines)
+
+
+def _problems(doc):
+    out = []
+    for c in doc["cells"]:
+        if c["status"] != "ok":
+            continue
+        if not c["match"]:
+            out.append(f"  {c['model']}/{c['mode']}: mismatch: {c['mismatch']}")
+        for f in c["fallbacks"]:
+            reasons = ", ".join(f"{r}×{n}" for r, n in sorted(f["reasons"].items()))
+            out.append(f"  {c['model']}/{c['mode']}: fallback {f['op']} ×{f['calls']} "
+                       f"({_fmt_s(f['seconds'])}): {reasons or 'no ledger reason'}")
+    return (["details:"] + out) if out else []
+
+
+def passes(cell, min_coverage=0.95):
+    """The issue's bar: matches, and >= min_coverage by count and by time."""
+    return (cell["status"] == "ok" and cell["match"]
+            and (cell["coverage_count"] or 0) >= min_coverage
+            and (cell["coverage_time"] or 0) >= min_coverage)
+
+
+def main(argv):
+    import argparse
+    from . import zoo
+    p = argparse.ArgumentParser(prog="tfb zoo", description=__doc__.split("\n")[0])
+    p.add_argument("--models", default=",".join(ISSUE_MODELS),
+                   help=f"comma-separated, from {', '.join(zoo.BUILDERS)} (default: the "
+                        f"issue's seven)")
+    p.add_argument("--modes", default=",".join(MODES), help="eager, function, fit")
+    p.add_argument("--repeats", type=int, help="timed calls per side (default per model)")
+    p.add_argument("--json", metavar="PATH", help="write the table as JSON")
+    p.add_argument("--markdown", action="store_true", help="print a markdown table")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    args = p.parse_args(argv)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in models if m not in zoo.BUILDERS]
+    if bad or not models:
+        p.error(f"unknown model(s) {bad}; choose from {', '.join(zoo.BUILDERS)}")
+    if not modes or set(modes) - set(MODES):
+        p.error(f"--modes {args.modes!r}: use any of {', '.join(MODES)}")
+    from .cli import progress_printer
+    doc = run(models, modes, args.repeats, progress_printer(args.quiet))
+    print(markdown(doc) if args.markdown else text(doc))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+    return 0 if all(c["status"] == "ok" and c["match"] for c in doc["cells"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
