@@ -32,7 +32,9 @@ setup(
     name="tf_backend",
     version="0.1.0",
     description="TFRT-style runtime for TensorFlow: set TF_BACKEND=1, run TensorFlow code unchanged",
-    packages=["tf_backend", "kernels", "kernels.cpu", "kernels.gpu", "shape_fns"],
+    packages=["tf_backend", "tf_backend.ab", "tf_backend.devices", "tf_backend.program",
+              "tf_backend.program.passes", "tf_backend.runtime", "kernels", "kernels.cpu",
+              "kernels.gpu", "shape_fns"],
     python_requires=">=3.10",
     install_requires=["numpy>=1.26", "numba>=0.60", "absl-py", "threadpoolctl>=3"],
     extras_require={
@@ -41,6 +43,7 @@ setup(
         "test": ["pytest>=8", "pytest-xdist", "matplotlib"],
     },
     entry_points={"console_scripts": ["tfb=tf_backend.cli:main"],
-                  "pytest11": ["tf_backend = tf_backend.pytest_plugin"]},
+                  "pytest11": ["tf_backend = tf_backend.pytest_plugin"],
+                  "tf_backend.devices": ["cpu = tf_backend.devices.cpu:CpuDevice"]},
     cmdclass={"build_py": BuildPyWithPth, "editable_wheel": EditableWheelWithPth},
 )

@@ -11,7 +11,11 @@ import kernels
 import shape_fns
 from shape_fns import BackendError, Spec, Unsupported, describe
 
-from . import alloc, executor, ledger, tf_adapter as tfa
+from . import alloc, devices, executor, ledger, tf_adapter as tfa
+
+# The device eager ops and tf.function programs run on, resolved once: kernel lookups go through
+# it on cache misses only, so the per-call path is unchanged.
+HOST = devices.host()
 
 # Ops we never run, whatever is registered (DESIGN.md §5). Stateful ops and ops that touch
 # resources, variants or strings are excluded by their OpDef as well.
@@ -58,7 +62,7 @@ def _build_info(op):
     info.eligible = not (op in NEVER_INTERCEPT or stateful or _touches_state(op))
     if not info.eligible:
         info.reason = "never_intercept"
-    elif not kernels.KERNELS.get((op, "cpu")) or info.shape_fn is None:
+    elif not HOST.registered(op) or info.shape_fn is None:
         info.reason = "not_registered"
     else:
         info.reason = None
@@ -83,7 +87,7 @@ def info_for(op):
 
 def ensure_loaded():
     """Kernel and shape-fn modules imported (idempotent)."""
-    kernels.load("cpu")
+    HOST.load()
     shape_fns.load_all()
 
 
@@ -96,10 +100,10 @@ def refresh():
     fastpath._plans.clear()
     fastpath._splans.clear()
     owned.clear()
-    kernels.load("cpu")
+    HOST.load()
     shape_fns.load_all()
     for (op, dev) in list(kernels.KERNELS):
-        if dev == "cpu":
+        if dev == HOST.name:
             info = info_for(op)
             if info is not None and info.reason is None:
                 owned.add(op)
@@ -169,7 +173,7 @@ def _resolve(info, flat):
     if bad:
         res = (attrs, None, bad)
     else:
-        kdef, reason = kernels.lookup(info.op, "cpu", attrs)
+        kdef, reason = HOST.lookup(info.op, attrs)
         res = (attrs, kdef, reason)
     if key is not None:
         if len(_attr_cache) > 8192:

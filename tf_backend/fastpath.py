@@ -78,7 +78,7 @@ def on_fast(op, name, args):
             _plans[(op, flat)] = (info, attrs, kdef)
         else:
             attrs, bad = dispatch._decode_attrs(info, flat)
-            kdef, reason = (None, bad) if bad else dispatch.kernels.lookup(op, "cpu", attrs)
+            kdef, reason = (None, bad) if bad else dispatch.HOST.lookup(op, attrs)
     else:
         info, attrs, kdef = plan
     if kdef is None:

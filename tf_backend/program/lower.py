@@ -6,7 +6,6 @@ kernel, run in program order). Identity-like ops become `alias` nodes for the id
 """
 import numpy as np
 
-import kernels
 from shape_fns import Spec
 
 from .. import dispatch, tf_adapter as tfa
@@ -153,7 +152,7 @@ def _make_node(prog, graph, op, ins, outs, ctrl, where, depth):
     if any(v is None for k, v in attrs.items() if k in info.type_attrs):
         node.reason = "dtype:unsupported"
         return _stock_checked(node, layout)
-    kdef, reason = kernels.lookup(t, "cpu", attrs)
+    kdef, reason = dispatch.HOST.lookup(t, attrs)
     if kdef is None:
         node.reason = reason
         return _stock_checked(node, layout)

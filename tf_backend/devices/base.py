@@ -1,0 +1,101 @@
+"""The device contract: what the host runtime and loaded programs need from a device.
+
+A device owns memory (buffers), kernels and an order of execution. Buffers are whatever the
+device's kernels read and write (numpy arrays on the host, CuPy arrays on a GPU); the runtime
+only moves them between kernels, and copies in/out at the edges. TensorFlow-free.
+"""
+import numpy as np
+
+import kernels
+
+
+class DeviceError(Exception):
+    """A device is unknown, broken, or cannot run what was asked."""
+
+
+class Capabilities:
+    """What a device can do; the runtime asks these instead of naming devices.
+
+    dtypes: numpy dtypes its kernels take; supports_programs: runs whole programs (not only
+    single ops); host_memory: buffers are numpy arrays the host can read without a copy;
+    views: Reshape/Squeeze/ExpandDims may be zero-copy views of a buffer; streams: kernels are
+    queued asynchronously (`synchronize` waits for them).
+    """
+
+    __slots__ = ("dtypes", "supports_programs", "host_memory", "views", "streams")
+
+    def __init__(self, dtypes, supports_programs=True, host_memory=True, views=True,
+                 streams=False):
+        self.dtypes = frozenset(np.dtype(d) for d in dtypes)
+        self.supports_programs, self.host_memory = supports_programs, host_memory
+        self.views, self.streams = views, streams
+
+    def as_dict(self):
+        return {"dtypes": sorted(d.name for d in self.dtypes),
+                "supports_programs": self.supports_programs, "host_memory": self.host_memory,
+                "views": self.views, "streams": self.streams}
+
+
+class Device:
+    """Base class and contract. A device plugin subclasses it and sets `name` and
+    `capabilities`; the defaults below suit a device whose buffers are host numpy arrays and
+    whose kernels are registered in the shared `kernels` registry under `name`.
+
+    Kernels follow kernels/__init__.py: `fn(inputs, outputs, attrs)` over this device's buffers,
+    writing preallocated outputs. `lookup` returns `(kernel, None)` — an object with `.fn` and
+    `.name`, e.g. a `kernels.KernelDef` — or `(None, reason)`.
+    """
+
+    name = None
+    capabilities = Capabilities(())
+
+    def load(self):
+        """Import/compile what lookups need (idempotent); called before the first lookup."""
+        kernels.load(self.name)
+
+    def allocate(self, shape, dtype):
+        """An uninitialised buffer of this shape and dtype."""
+        return np.empty(shape, dtype)
+
+    def copy_in(self, array):
+        """A buffer holding a host numpy array's data (kernels never write it)."""
+        return np.asarray(array)
+
+    def copy_out(self, buffer):
+        """A host numpy array the caller owns, with the buffer's data."""
+        return np.array(buffer)
+
+    def lookup(self, op, attrs):
+        """The kernel for a TensorFlow op type with these canonical attrs: (kernel, None) or
+        (None, reason)."""
+        return kernels.lookup(op, self.name, attrs)
+
+    def registered(self, op):
+        """Does any kernel for `op` exist on this device (whatever the attrs)?"""
+        return bool(kernels.KERNELS.get((op, self.name)))
+
+    def synchronize(self):
+        """Wait until queued work is done (a no-op for synchronous devices)."""
+
+    def prepare(self, program):
+        """Device-specific rewrites of a loaded program (e.g. fusion); returns the program."""
+        return program
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+REQUIRED = ("name", "capabilities", "load", "allocate", "copy_in", "copy_out", "lookup",
+            "synchronize", "prepare")
+
+
+def check(device, origin):
+    """Raise DeviceError unless `device` implements the contract."""
+    missing = [a for a in REQUIRED if getattr(device, a, None) is None]
+    if missing:
+        raise DeviceError(f"device from {origin} does not implement the device contract: "
+                          f"missing {', '.join(missing)}")
+    if not isinstance(device.capabilities, Capabilities):
+        raise DeviceError(f"device from {origin}: capabilities must be a "
+                          f"tf_backend.devices.Capabilities")
+    return device

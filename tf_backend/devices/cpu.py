@@ -1,0 +1,51 @@
+"""The CPU device: numba/numpy/BLAS kernels from kernels/cpu, 64-byte aligned host buffers."""
+import os
+
+import numpy as np
+
+import kernels
+
+from .. import alloc
+from .base import Capabilities, Device
+
+# Device passes run on a loaded program (the host runtime runs them in passes.optimize).
+LOAD_PASSES = ("fuse_elementwise", "epilogue", "inplace")
+
+
+class CpuDevice(Device):
+    name = "cpu"
+    capabilities = Capabilities(
+        ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+         "uint32", "uint64", "bool"),
+        supports_programs=True, host_memory=True, views=True, streams=False)
+
+    def load(self):
+        kernels.load("cpu")
+
+    def allocate(self, shape, dtype):
+        return alloc.empty(shape, dtype)
+
+    def copy_in(self, array):
+        # zero-copy and read-only: kernels, views and in-place reuse never write the caller's data
+        a = np.asarray(array)
+        if a.flags.writeable:
+            a = a.view()
+            a.flags.writeable = False
+        return a
+
+    def copy_out(self, buffer):
+        # a writable buffer was allocated by this call; anything else (a constant, a view of
+        # the caller's input) is shared and gets copied
+        return buffer if buffer.flags.writeable else np.array(buffer)
+
+    def lookup(self, op, attrs):
+        return kernels.lookup(op, "cpu", attrs)
+
+    def prepare(self, program):
+        from ..program import passes
+        off = {p.strip() for p in os.environ.get("TF_BACKEND_DISABLE_PASSES", "").split(",")}
+        for name in LOAD_PASSES:
+            if name not in off:
+                getattr(passes, name).run(program)
+                program.finalize()
+        return program
