@@ -1,6 +1,7 @@
 """tf.function latency: stock vs XLA vs our program runtime, side by side in one process.
 
-Arms alternate in blocks; per-call medians with IQR; ratios against stock tf.function. The
+Arms alternate in blocks (each block starts with one untimed call); per-call medians with IQR;
+ratios against stock tf.function. The
 2-branch workload also compares our executor at 2 threads against our own 1-thread run.
     python integration/bench_programs.py [--repeats 9] [--only resnet] [--profile] [--json out.json]
 """
@@ -59,6 +60,9 @@ def workloads(tf, np, keras):
 
 
 def time_block(fn, args, calls):
+    # one untimed call first: the previous arm's threads (TF's and XLA's Eigen pools, OpenBLAS)
+    # spin for a while after their last op and would otherwise be charged to this arm
+    fn(*args)
     t0 = time.perf_counter()
     for _ in range(calls):
         out = fn(*args)
