@@ -39,6 +39,13 @@ def reset_stats():
     ledger.reset()
 
 
+def export(fn_or_model, input_specs, path, name=None):
+    """Write `fn_or_model` (tf.function, Keras model, callable) compiled for `input_specs` to a
+    program file that `tf_backend.runtime.load(path)` runs without TensorFlow."""
+    from .exporter import export as _export
+    return _export(fn_or_model, input_specs, path, name)
+
+
 def report(path="-"):
     """Write the ledger as JSON to `path`, or as a table on stderr for "-"."""
     from . import ledger
