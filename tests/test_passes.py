@@ -243,3 +243,52 @@ def test_schedule_marks_only_programs_with_independent_heavy_nodes(tf):
     p = _program(tf, chain, a)
     passes.optimize(p)
     assert not p.parallel
+
+
+def test_batch_reads_one_call_for_inference_reads_only(tf):
+    """Inference: every ReadVariableOp becomes one TensorFlow call; values follow assignments
+    made between calls. A program that writes a variable keeps its reads in program order."""
+    from tf_backend.program.passes import batch_reads
+    rng = np.random.default_rng(3)
+    w = tf.Variable(rng.standard_normal((8, 4)).astype(np.float32))
+    b = tf.Variable(rng.standard_normal((4,)).astype(np.float32))
+    k = tf.Variable(3, dtype=tf.int32)
+    x = tf.constant(rng.standard_normal((2, 8)).astype(np.float32))
+
+    def f(x):
+        return tf.nn.relu(tf.matmul(x, w) + b) * tf.cast(k, tf.float32)
+
+    prog = _program(tf, f, x)
+    passes.optimize(prog)
+    reads = [n for n in prog.nodes if n.kind == "reads"]
+    assert len(reads) == 1 and len(reads[0].outputs) == 3, prog.dump()
+    assert not any(n.kind == "stock" for n in prog.nodes), prog.dump()
+
+    fn = tf.function(f)
+    tf_backend.disable()
+    ref = np.asarray(fn(x))
+    functions.clear_cache()
+    with tf_backend.enabled():
+        np.testing.assert_allclose(np.asarray(fn(x)), ref, rtol=1e-6)
+        w.assign(w * 2.0)
+        k.assign(5)
+        got = np.asarray(fn(x))
+    tf_backend.disable()
+    np.testing.assert_allclose(got, np.asarray(fn(x)), rtol=1e-6)
+    assert not np.allclose(got, ref)
+
+    def g(x):
+        y = tf.matmul(x, w) + b
+        b.assign_add(tf.ones_like(b))                    # a write: reads stay in order
+        return y + b
+
+    prog = _program(tf, g, x)
+    batch_reads.run(prog)
+    assert not any(n.kind == "reads" for n in prog.nodes)
+    functions.clear_cache()
+    b0 = b.numpy()
+    with tf_backend.enabled():
+        got = np.asarray(tf.function(g)(x))
+    b.assign(b0)
+    tf_backend.disable()
+    np.testing.assert_allclose(got, np.asarray(tf.function(g)(x)), rtol=1e-6)

@@ -255,7 +255,7 @@ def step(node, vals, failed):
         t0 = trace.now()
         _step(node, vals, failed)
         trace.span(node.name, "node", t0, op=node.op, kind=node.kind,
-                   path="fallback" if node.kind == "stock" else "backend", device="CPU:0",
+                   path="fallback" if node.kind in ("stock", "reads") else "backend", device="CPU:0",
                    fused=" -> ".join(node.fused_ops), shapes=trace.shapes(
                        vals[s] for s in node.outputs))
         return
@@ -326,6 +326,8 @@ def execute(node, vals):
             return run_stock(node, vals)
     if kind == "stock":
         return run_stock(node, vals)
+    if kind == "reads":
+        return tfa.read_variables([vals[s] for s in node.inputs], node.raw_attrs)
     if kind == "alias":
         return [vals[s] for s in node.inputs]
     if kind == "noop":

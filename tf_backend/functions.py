@@ -111,9 +111,9 @@ def _node_summary(prog):
             elif n.kind == "fused":
                 for op in n.fused_ops:
                     kernels[op] = kernels.get(op, 0) + 1
-            elif n.kind == "stock":
+            elif n.kind in ("stock", "reads"):
                 key = f"{n.op}:{n.reason}"
-                stock[key] = stock.get(key, 0) + 1
+                stock[key] = stock.get(key, 0) + (len(n.outputs) if n.kind == "reads" else 1)
             for sub in n.subs:
                 walk(sub)
     walk(prog)

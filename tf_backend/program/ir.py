@@ -8,6 +8,7 @@ Node kinds:
   noop    no data; only orders its control successors
   if / while / case   control flow over sub-programs
   fused   a generated kernel for an elementwise chain (fusion pass)
+  reads   many ReadVariableOps in one TensorFlow call (batch_reads pass; raw_attrs: dtypes)
 """
 from shape_fns.spec import fmt_shape
 
@@ -109,9 +110,9 @@ class Program:
             elif n.kind == "fused":
                 for op in n.fused_ops:
                     counts.setdefault(op, [0, {}])[0] += 1
-            elif n.kind == "stock":
+            elif n.kind in ("stock", "reads"):
                 r = counts.setdefault(n.op, [0, {}])[1]
-                r[n.reason] = r.get(n.reason, 0) + 1
+                r[n.reason] = r.get(n.reason, 0) + (len(n.outputs) if n.kind == "reads" else 1)
         self.op_counts = counts
         return self
 

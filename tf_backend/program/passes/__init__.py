@@ -4,14 +4,14 @@ TF_BACKEND_DISABLE_PASSES=fuse_elementwise,const_fold turns passes off (for A/B 
 """
 import os
 
-from . import (canonicalize, const_fold, dce, epilogue, fuse_elementwise, identity, inplace,
-               schedule, shapes)
+from . import (batch_reads, canonicalize, const_fold, dce, epilogue, fuse_elementwise, identity,
+               inplace, schedule, shapes)
 
-PIPELINE = (identity, canonicalize, shapes, const_fold, dce, fuse_elementwise, epilogue, inplace,
-            schedule)
+PIPELINE = (identity, canonicalize, shapes, const_fold, dce, batch_reads, fuse_elementwise,
+            epilogue, inplace, schedule)
 
 
-SHADOW_OFF = {"canonicalize", "fuse_elementwise", "epilogue", "inplace"}
+SHADOW_OFF = {"canonicalize", "fuse_elementwise", "epilogue", "inplace", "batch_reads"}
 
 
 def enabled_passes():
