@@ -108,6 +108,8 @@ for d in ("numpy", "cpu"):
     p = runtime.load(PATH, device=d)
     out[d] = p([x])[0].tolist()
 out["x"] = x.tolist()
+mlp = runtime.load(MLP, device="numpy")
+out["mlp"] = mlp([np.load(MLP + ".x.npy")])[0].tolist()
 try:
     runtime.load(BAD, device="numpy")
 except devices.DeviceError as e:
@@ -116,7 +118,7 @@ print(json.dumps(out))
 '''
 
 
-def test_example_device_is_discovered_through_its_entry_point(tmp_path):
+def test_example_device_is_discovered_through_its_entry_point(tf, tmp_path):
     src, target = tmp_path / "src", tmp_path / "site"
     shutil.copytree(os.path.join(ROOT, "integration", "numpy_device"), src,
                     ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
@@ -127,8 +129,16 @@ def test_example_device_is_discovered_through_its_entry_point(tmp_path):
     assert (target / "tfb_numpy_device-0.1.0.dist-info" / "entry_points.txt").exists()
     w, b = tiny_program(str(tmp_path / "tiny.tfbp"))
     tiny_program(str(tmp_path / "bad.tfbp"), ops=("MatMul", "BiasAdd", "Softplus"))
+    import keras
+    import tf_backend
+    from tf_backend import numerics, zoo
+    model = zoo.build("small_mlp", keras)   # MatMul, BiasAdd (-> AddV2), Relu, Tanh
+    xm, _ = zoo.sample_batch(model, 4)
+    mlp = str(tmp_path / "mlp.tfbp")
+    tf_backend.export(model, [xm], mlp)
+    np.save(mlp + ".x.npy", xm)
     code = PLUGIN_RUN.replace("PATH", repr(str(tmp_path / "tiny.tfbp"))).replace(
-        "BAD", repr(str(tmp_path / "bad.tfbp")))
+        "BAD", repr(str(tmp_path / "bad.tfbp"))).replace("MLP", repr(mlp))
     out = notf.run(code, extra_path=[str(target)])
     assert "numpy" in out["available"] and "cpu" in out["available"]
     assert out["class"] == "tfb_numpy_device.NumpyDevice"
@@ -137,4 +147,6 @@ def test_example_device_is_discovered_through_its_entry_point(tmp_path):
     np.testing.assert_allclose(np.asarray(out["numpy"], np.float32), ref, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(np.asarray(out["cpu"], np.float32), ref, rtol=1e-6, atol=1e-6)
     assert "no kernel for Softplus" in out["error"] and "bad.tfbp" in out["error"]
+    ref = model(xm, training=False).numpy()
+    assert numerics.compare(np.asarray(out["mlp"], np.float32), ref, "reduction", 32) is None
     assert "numpy" not in devices.available()   # this process is untouched

@@ -28,9 +28,8 @@ class CpuDevice(Device):
     def copy_in(self, array):
         # zero-copy and read-only: kernels, views and in-place reuse never write the caller's data
         a = np.asarray(array)
-        if a.flags.writeable:
-            a = a.view()
-            a.flags.writeable = False
+        a = a.view() if a.flags.c_contiguous else a.copy(order="C")
+        a.flags.writeable = False
         return a
 
     def copy_out(self, buffer):
@@ -49,3 +48,4 @@ class CpuDevice(Device):
                 getattr(passes, name).run(program)
                 program.finalize()
         return program
+
