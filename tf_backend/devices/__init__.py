@@ -6,7 +6,6 @@ arguments) or from `register()`. TensorFlow-free; entry points are read only whe
 already known, or by `available()`.
 """
 import importlib
-import importlib.metadata
 import threading
 
 from .base import REQUIRED, Capabilities, Device, DeviceError, check  # noqa: F401
@@ -20,6 +19,7 @@ _lock = threading.Lock()
 
 def _entry_points():
     """name -> EntryPoint of the installed device plugins (read fresh each time)."""
+    import importlib.metadata   # only here: it costs start-up time the host runtime need not pay
     out = {}
     for ep in importlib.metadata.entry_points(group=GROUP):
         out.setdefault(ep.name, ep)
