@@ -10,14 +10,13 @@ BLOCK = '''
 import importlib.abc, sys
 class _NoTF(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("tensorflow", "keras", "tf_keras") or name.startswith("tensorflow"):
+        if name.startswith(("tensorflow", "keras", "tf_keras")):
             raise ImportError(f"{name} is blocked in this test")
 sys.meta_path.insert(0, _NoTF())
 '''
 
 CHECK = '''
-loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "tf_keras")
-                or m.startswith("tensorflow"))
+loaded = sorted(m for m in sys.modules if m.startswith(("tensorflow", "keras", "tf_keras")))
 assert not loaded, loaded
 '''
 

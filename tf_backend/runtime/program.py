@@ -89,7 +89,8 @@ class LoadedProgram:
     def __repr__(self):
         ins = ", ".join(f"{s.dtype.name}{list(s.shape) if s.shape is not None else '[?]'}"
                         for s in self.input_specs)
-        return f"<LoadedProgram {self.name} ({ins}) on {self.device.name}, {len(self._steps)} nodes>"
+        return (f"<LoadedProgram {self.name} ({ins}) on {self.device.name}, "
+                f"{len(self._steps)} nodes>")
 
     def _check_inputs(self, inputs):
         if isinstance(inputs, np.ndarray) or not isinstance(inputs, (list, tuple)):
