@@ -43,6 +43,7 @@ def test_plugin_on_records_ledger_and_hollow_passes(tmp_path):
     assert not failed and int(props["tf_backend_backend_calls"]) >= 3
     assert '"Relu": 1' in props["tf_backend_ops"]
     assert cases["test_hollow"][0]["tf_backend_hollow"] == "True"
+    assert '"BesselI0e": {' in cases["test_unregistered"][0]["tf_backend_fallbacks"]
     assert "1 passing tests ran our kernels, 2 hollow passes" in r.stdout   # Bessel fell back
 
 
@@ -101,3 +102,20 @@ def test_conformance_command_reports_regression_fix_hollow(tmp_path):
     assert res["hollow"] == ["test_conf::test_hollow"] or "test_conf::test_hollow" in res["hollow"]
     assert [x["test"] for x in res["known"]] == ["test_conf::test_known"]
     assert res["ran_kernels"] >= 1 and "1 regressions, 1 fixes" in r.stdout
+    assert res["passed_off"] == 4 and res["passed_on"] == 3
+    assert res["backend_ops"].get("Mul", 0) >= 1 and set(res["wall_s"]) == {"off", "on"}
+
+
+def test_conformance_aggregates_ledgers():
+    from tf_backend import conformance
+    on = {"m::a": {"outcome": "passed", "props": {
+              "tf_backend_backend_calls": "2", "tf_backend_ops": '{"Relu": 2}',
+              "tf_backend_fallbacks": '{"Svd": {"not_registered": 3}}'}},
+          "m::b": {"outcome": "passed", "props": {
+              "tf_backend_backend_calls": "0", "tf_backend_ops": "{}",
+              "tf_backend_fallbacks": '{"Svd": {"not_registered": 1}, "Mul": {"dtype:float16": 4}}'}}}
+    off = {k: {"outcome": "passed", "props": {}} for k in on}
+    res = conformance.compare(off, on)
+    assert res["fallback_ops"] == {"Svd": {"not_registered": 4}, "Mul": {"dtype:float16": 4}}
+    assert res["backend_ops"] == {"Relu": 2} and res["ran_kernels"] == 1
+    assert "Svd 4 (not_registeredx4)" in conformance.format_table(res)

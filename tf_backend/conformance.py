@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 
 
@@ -43,13 +44,22 @@ def parse_junit(path):
 def compare(off, on, known=None):
     known = known or {}
     res = {"tests": len(set(off) | set(on)), "regressions": [], "fixes": [], "hollow": [],
-           "known": [], "ran_kernels": 0}
+           "known": [], "ran_kernels": 0,
+           "passed_off": sum(t["outcome"] == "passed" for t in off.values()),
+           "passed_on": sum(t["outcome"] == "passed" for t in on.values()),
+           "backend_ops": {}, "fallback_ops": {}}
     for tid in sorted(set(off) | set(on)):
         a = off.get(tid, {}).get("outcome", "missing")
         b = on.get(tid, {}).get("outcome", "missing")
         props = on.get(tid, {}).get("props", {})
         if int(props.get("tf_backend_backend_calls", 0) or 0) > 0:
             res["ran_kernels"] += 1
+        for op, n in json.loads(props.get("tf_backend_ops") or "{}").items():
+            res["backend_ops"][op] = res["backend_ops"].get(op, 0) + n
+        for op, reasons in json.loads(props.get("tf_backend_fallbacks") or "{}").items():
+            agg = res["fallback_ops"].setdefault(op, {})
+            for reason, n in reasons.items():
+                agg[reason] = agg.get(reason, 0) + n
         if a == "passed" and b != "passed":
             (res["known"] if tid in known else res["regressions"]).append(
                 {"test": tid, "off": a, "on": b, "reason": known.get(tid)})
@@ -61,7 +71,8 @@ def compare(off, on, known=None):
 
 
 def format_table(res):
-    lines = [f"conformance: {res['tests']} tests; {res['ran_kernels']} ran our kernels; "
+    lines = [f"conformance: {res['tests']} tests; passed off {res.get('passed_off', '?')}, "
+             f"on {res.get('passed_on', '?')}; {res['ran_kernels']} ran our kernels; "
              f"{len(res['regressions'])} regressions, {len(res['fixes'])} fixes, "
              f"{len(res['hollow'])} hollow passes, {len(res['known'])} known differences"]
     for title, key in (("regressions (pass -> fail)", "regressions"), ("fixes (fail -> pass)", "fixes"),
@@ -70,6 +81,12 @@ def format_table(res):
             lines.append(f"  {title}:")
             lines.extend(f"    {r['test']}  ({r['off']} -> {r['on']})"
                          + (f"  reason: {r['reason']}" if r.get("reason") else "") for r in res[key])
+    fb = sorted(((sum(r.values()), op, r) for op, r in res.get("fallback_ops", {}).items()),
+                reverse=True)
+    if fb:
+        lines.append("  ops falling back (calls, by reason): " + "; ".join(
+            f"{op} {n} ({', '.join(f'{k}x{v}' for k, v in sorted(r.items()))})"
+            for n, op, r in fb[:25]) + (" ..." if len(fb) > 25 else ""))
     if res["hollow"]:
         lines.append("  hollow passes: " + ", ".join(res["hollow"][:20])
                      + (" ..." if len(res["hollow"]) > 20 else ""))
@@ -87,6 +104,7 @@ def main(argv):
     p.add_argument("--manifest", help="JSON {\"known\": {test id: reason}}")
     p.add_argument("--json", help="write the result here")
     p.add_argument("--timeout", type=float)
+    p.add_argument("--keep", help="keep the JUnit XML files (junit-off.xml, junit-on.xml) here")
     args = p.parse_args(own)
     if not pytest_args:
         p.error("give the pytest arguments after '--'")
@@ -95,10 +113,17 @@ def main(argv):
         with open(args.manifest) as f:
             known = json.load(f).get("known", {})
     with tempfile.TemporaryDirectory() as d:
+        d = args.keep or d
+        os.makedirs(d, exist_ok=True)
+        t0 = time.perf_counter()
         off, _ = run_suite(pytest_args, "off", d, args.timeout)
+        t1 = time.perf_counter()
         on, _ = run_suite(pytest_args, args.mode, d, args.timeout)
+        t2 = time.perf_counter()
     res = compare(off, on, known)
+    res["wall_s"] = {"off": round(t1 - t0, 1), "on": round(t2 - t1, 1)}
     print(format_table(res))
+    print(f"  wall: off {res['wall_s']['off']} s, on {res['wall_s']['on']} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

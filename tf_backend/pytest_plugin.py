@@ -3,7 +3,8 @@
     pytest --tf-backend=on|strict|shadow|off   (default: TF_BACKEND, else off)
 
 Per test it records the ledger delta as JUnit XML properties (`tf_backend_backend_calls`,
-`tf_backend_fallback_calls`, `tf_backend_ops`) and counts hollow passes: tests that passed with
+`tf_backend_fallback_calls`, `tf_backend_ops` {op: calls}, `tf_backend_fallbacks`
+{op: {reason: calls}}) and counts hollow passes: tests that passed with
 the backend on while none of our kernels ran. With the backend off it imports nothing.
 """
 import json
@@ -40,10 +41,12 @@ def pytest_runtest_call(item):
     stats = tf_backend.stats()
     t = stats["totals"]
     ops = {op: o["backend"] for op, o in stats["ops"].items() if o["backend"]}
+    fallbacks = {op: o["reasons"] for op, o in stats["ops"].items() if o["fallback"]}
     item.user_properties.append(("tf_backend_mode", _state["mode"]))
     item.user_properties.append(("tf_backend_backend_calls", t["backend"]))
     item.user_properties.append(("tf_backend_fallback_calls", t["fallback"]))
     item.user_properties.append(("tf_backend_ops", json.dumps(ops, sort_keys=True)))
+    item.user_properties.append(("tf_backend_fallbacks", json.dumps(fallbacks, sort_keys=True)))
     _state["tests"] += 1
     if outcome.excinfo is None:
         if t["backend"]:
