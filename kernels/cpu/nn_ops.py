@@ -8,6 +8,7 @@ from shape_fns import Unsupported
 
 
 FLOATS = (np.float32, np.float64)
+HALF = ("float16", "bfloat16")   # stored in 16 bits, computed in float32 (as TensorFlow's Eigen)
 
 
 def _bias_grad_rows(dy, out):
@@ -78,25 +79,35 @@ def _channel_view(a, fmt):
     return a.reshape(-1, a.shape[-1])
 
 
-@kernel("BiasAdd", dtypes=FLOATS)
+@kernel("BiasAdd", dtypes=FLOATS + HALF)
 def bias_add(inputs, outputs, attrs):
     x, b = inputs
     out = outputs[0]
     if attrs.get("data_format") == "NCHW" and x.ndim >= 3:
         b = b.reshape((b.shape[0],) + (1,) * (x.ndim - 2))
     with np.errstate(all="ignore"):
-        np.add(x, b, out=out)
+        if out.dtype.itemsize == 2:
+            # half/bfloat16: the float32 sum rounded once, as Eigen's half/bfloat16 operator+
+            out[...] = np.add(x.astype(np.float32), b.astype(np.float32))
+        else:
+            np.add(x, b, out=out)
 
 
-@kernel("BiasAddGrad", dtypes=FLOATS)
+@kernel("BiasAddGrad", dtypes=FLOATS + HALF)
 def bias_add_grad(inputs, outputs, attrs):
     dy = inputs[0]
     out = outputs[0]
     if dy.size == 0:
         out[...] = 0
         return
+    half = out.dtype.itemsize == 2
+    if half:   # TensorFlow accumulates half/bfloat16 in float32; we do in float64, then round
+        dy, res, out = dy.astype(np.float32), out, np.empty(out.shape, np.float32)
     v = _channel_view(dy, attrs.get("data_format"))
     if v.ndim == 3:
         _bias_grad_nchw(v, out)
     else:
         _bias_grad_rows(v, out)
+    if half:
+        with np.errstate(over="ignore"):   # a sum past the 16-bit range is Inf, as in TF
+            res[...] = out

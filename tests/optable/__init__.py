@@ -63,8 +63,9 @@ def positive(rng, shape, dtype, low=0.1, high=4):
 
 
 def special_floats(dtype):
-    """NaN, ±Inf, ±0, tiny and huge values of a float dtype."""
-    f = np.finfo(dtype)
+    """NaN, ±Inf, ±0, tiny and huge values of a float dtype (bfloat16 too)."""
+    import ml_dtypes   # np.finfo does not know bfloat16; ml_dtypes.finfo knows every float
+    f = ml_dtypes.finfo(dtype)
     return np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, f.tiny, -f.tiny, f.max, -f.max, 1.5, -2.5],
                     dtype=dtype)
 

@@ -88,21 +88,22 @@ def _row_len(args):
 
 _OWN = [
     OpCase("BiasAdd", "BiasAdd", lambda x, b: tf.nn.bias_add(x, b), bias_samples,
-           dtypes=("float32", "float64"), errors=bias_errors, grad=True,
+           dtypes=("float32", "float64", "float16", "bfloat16"), errors=bias_errors, grad=True,
            grad_ops=("BiasAddGrad",)),
     OpCase("BiasAdd_NCHW", "BiasAdd", lambda x, b: tf.nn.bias_add(x, b, data_format="NCHW"),
-           bias_nchw_samples, dtypes=("float32", "float64"), grad=True,
+           bias_nchw_samples, dtypes=("float32", "float64", "float16", "bfloat16"), grad=True,
            grad_ops=("BiasAddGrad",)),
     # eager BiasAdd takes a rank-2 NCHW input (channels last); graph shape inference rejects it
     OpCase("BiasAdd_NCHW_2d", "BiasAdd", lambda x, b: tf.nn.bias_add(x, b, data_format="NCHW"),
            bias_nchw_2d_samples, dtypes=("float32", "float64"), grad=True,
            grad_ops=("BiasAddGrad",), shape_check=False),
     OpCase("BiasAddGrad", "BiasAddGrad", lambda dy: tf.raw_ops.BiasAddGrad(out_backprop=dy),
-           bias_grad_samples, dtypes=("float32", "float64"), kind="reduction",
+           bias_grad_samples, dtypes=("float32", "float64", "float16", "bfloat16"), kind="reduction",
            reduction_len=_rows, errors=lambda dt: [(arr(np.random.default_rng(0), (3,), dt),)]),
     OpCase("BiasAddGrad_NCHW", "BiasAddGrad",
            lambda dy: tf.raw_ops.BiasAddGrad(out_backprop=dy, data_format="NCHW"),
-           bias_grad_nchw_samples, dtypes=("float32", "float64"), kind="reduction",
+           bias_grad_nchw_samples, dtypes=("float32", "float64", "float16", "bfloat16"),
+           kind="reduction",
            reduction_len=_rows_nchw),
     # a (log-)softmax sums exp over the row: tolerance as a reduction over the row length
     OpCase("Softmax", "Softmax", lambda x: tf.nn.softmax(x), softmax_samples,
