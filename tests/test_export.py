@@ -177,3 +177,19 @@ def test_runtime_errors_name_node_and_op(tf, tmp_path):
                                   np.arange(6, dtype=np.float32).reshape(2, 3) * 2)
     with pytest.raises(ProgramRunError, match=r"op Reshape; inputs: float32\[4\]"):
         p(np.arange(4, dtype=np.float32))
+
+
+def test_in_place_consumer_of_a_view_leaves_the_viewed_buffer_alone(tf, tmp_path):
+    w = tf.constant(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32))
+
+    @tf.function
+    def f(x):
+        a = tf.matmul(x, w)
+        c = tf.exp(tf.reshape(a, [-1]))   # Exp may reuse its input buffer: the Reshape view of a
+        return c, a * 3.0                 # ... which is read again here
+
+    x = np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32)
+    path = str(tmp_path / "view.tfbp")
+    tf_backend.export(f, [x], path)
+    for got, ref in zip(runtime.load(path)(x), f(x)):
+        assert numerics.compare(got, ref.numpy(), "reduction", 8) is None

@@ -180,7 +180,11 @@ def _step_fn(node, device):
             a = ins[0]
             if not a.flags.c_contiguous:
                 a = np.ascontiguousarray(a) if a.ndim else a.copy()
-            return [a.reshape(out_specs(ins)[0].shape)]
+            v = a.reshape(out_specs(ins)[0].shape)
+            # read-only: the buffer may still be read through its other name, so an in-place
+            # consumer of the view must allocate (the inplace pass counts readers per slot)
+            v.flags.writeable = False
+            return [v]
         return view
     if k is not None:
         def inplace(ins):
