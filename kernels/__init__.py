@@ -9,6 +9,11 @@ import importlib
 
 import numpy as np
 
+try:  # numpy learns the name "bfloat16" from ml_dtypes (a TensorFlow dependency)
+    import ml_dtypes  # noqa: F401
+except ImportError:  # pragma: no cover - without it no array can be bfloat16 anyway
+    pass
+
 KERNELS = {}          # (op_type, device) -> [KernelDef]
 DEVICE_MODULES = {"cpu": (
     "elementwise", "math_ops", "reduction_ops", "matmul_ops", "array_ops", "array_concat_ops",
@@ -24,7 +29,7 @@ class KernelDef:
 
     def __init__(self, op, device, fn, dtypes, type_attr):
         self.op, self.device, self.fn = op, device, fn
-        self.dtypes = None if dtypes is None else frozenset(np.dtype(d) for d in dtypes)
+        self.dtypes = None if dtypes is None else frozenset(_known(dtypes))
         self.type_attr = type_attr
         self.name = f"{device}:{getattr(fn, '__qualname__', op)}"
 
@@ -38,6 +43,15 @@ class KernelDef:
             if d is not None and d not in self.dtypes:
                 return f"dtype:{np.dtype(d).name}"
         return None
+
+
+def _known(dtypes):
+    """numpy dtypes of the names numpy knows here (bfloat16 only with ml_dtypes)."""
+    for d in dtypes:
+        try:
+            yield np.dtype(d)
+        except TypeError:
+            pass
 
 
 def kernel(*op_types, device="cpu", dtypes=None, type_attr="T"):
