@@ -151,6 +151,11 @@ def test_bad_files_raise_program_file_error(mlp_file, tmp_path):
     with pytest.raises(ProgramFileError, match="bad.tfbp: corrupt weights entry weights/0.npy"):
         runtime.load(str(bad))
 
+    broken = tmp_path / "broken.tfbp"
+    _rewrite(path, broken, lambda h: h["nodes"][0].update(inputs=[h["n_slots"] - 1]))
+    with pytest.raises(ProgramFileError, match="broken.tfbp: malformed header .*reads slot"):
+        runtime.load(str(broken))
+
     junk = tmp_path / "junk.tfbp"
     junk.write_bytes(b"hello" * 100)
     with pytest.raises(ProgramFileError, match="junk.tfbp: not a tf_backend program file"):

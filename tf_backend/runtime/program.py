@@ -57,6 +57,7 @@ def build(header, blobs, device, path="<program>"):
             if n.kdef is None or (n.shape_fn is None and n.out_specs is None):
                 missing.setdefault(n.op, reason or "no shape fn")
         nodes.append(n)
+    _check_slots(prog, nodes, path)
     if missing:
         ops = ", ".join(f"{op} ({why})" for op, why in sorted(missing.items()))
         raise devices.DeviceError(f"device {device.name!r} cannot run {path}: no kernel for {ops}")
@@ -65,6 +66,24 @@ def build(header, blobs, device, path="<program>"):
     prog.finalize()
     prog = device.prepare(prog)
     return prog.finalize()
+
+
+def _check_slots(prog, nodes, path):
+    """Every slot in range, and written (input, constant or an earlier node) before it is read."""
+    written = set(prog.inputs) | set(prog.consts)
+    every = list(written) + list(prog.outputs) + [s for n in nodes for s in n.inputs + n.outputs]
+    bad = [s for s in every if not (isinstance(s, int) and 0 <= s < prog.n_slots)]
+    if bad:
+        raise ProgramFileError(path, f"malformed header (slot {bad[0]!r} out of range)")
+    for n in nodes:
+        for s in n.inputs:
+            if s not in written:
+                raise ProgramFileError(path, f"malformed header (node '{n.name}' reads slot {s} "
+                                             f"before it is written)")
+        written.update(n.outputs)
+    for s in prog.outputs:
+        if s not in written:
+            raise ProgramFileError(path, f"malformed header (output slot {s} is never written)")
 
 
 class LoadedProgram:
