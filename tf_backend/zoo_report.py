@@ -81,11 +81,13 @@ def excluded(op):
     return r
 
 
-def coverage(stats, events):
+def coverage(stats, events, whole=None):
     """Coverage by count (ledger snapshot) and by time (trace events) over compute ops.
 
+    whole: {function name: {"reason", "calls", "seconds", "ops": {op: n}}} for tf.functions
+    that ran whole on TensorFlow (see measure()).
     Returns {"count", "time", "ops": {op: {backend, fallback, reasons, backend_s, fallback_s}},
-    "excluded": {op: calls}, "fallbacks": [...]}.
+    "excluded": {op: calls}, "fallbacks": [...], "whole_functions": whole}.
     """
     ops, excl = {}, {}
     for op, o in stats["ops"].items():
@@ -109,6 +111,17 @@ def coverage(stats, events):
         if a.get("kind") == "fused":   # a generated loop over several table ops: ours
             path = "backend"
         o["backend_s" if path == "backend" else "fallback_s"] += e["dur"] * 1e-6
+    for name, f in (whole or {}).items():
+        reason = f"whole_function:{f['reason']}"
+        for op, n in f["ops"].items():
+            o = ops.setdefault(op, {"backend": 0, "fallback": 0, "reasons": {},
+                                    "backend_s": 0.0, "fallback_s": 0.0})
+            o["fallback"] += n * f["calls"]
+            o["reasons"][reason] = o["reasons"].get(reason, 0) + n * f["calls"]
+        o = ops.setdefault(f"<{name} on TensorFlow>", {"backend": 0, "fallback": 0,
+                                                        "reasons": {reason: f["calls"]},
+                                                        "backend_s": 0.0, "fallback_s": 0.0})
+        o["fallback_s"] += f["seconds"]
     for o in ops.values():
         # an owned op that bounced from the fast path and then fell back: its (tiny) fast-path
         # span says "backend"; with no backend call in the ledger, it is all fallback time
@@ -127,7 +140,8 @@ def coverage(stats, events):
             "time": tb / (tb + tf_) if tb + tf_ else None,
             "calls": {"backend": nb, "fallback": nf},
             "seconds": {"backend": round(tb, 6), "fallback": round(tf_, 6)},
-            "ops": ops, "excluded": excl, "fallbacks": fallbacks}
+            "ops": ops, "excluded": excl, "fallbacks": fallbacks,
+            "whole_functions": {k: {a: b for a, b in v.items()} for k, v in (whole or {}).items()}}
 
 
 # --- the workloads ---------------------------------------------------------------------------
@@ -171,23 +185,123 @@ class Workload:
 
 
 def compare_values(ours, ref, reduction_len):
-    """(ok, first problem or None, max abs error, max rel error) over all named values."""
+    """(ok, first problem or None, max abs error, worst error / tolerance) over named values."""
     from . import numerics
-    problem, max_abs, max_rel = None, 0.0, 0.0
+    problem, max_abs, worst = None, 0.0, 0.0
     for k, r in ref.items():
         o = ours.get(k)
         if o is None:
             problem = problem or f"{k}: missing"
             continue
         msg = numerics.compare(o, r, "reduction", reduction_len)
-        if msg is None and np.asarray(r).size:
-            pass
         if msg is not None and problem is None:
             problem = f"{k}: {msg}"
-        if np.asarray(o).shape == np.asarray(r).shape and np.asarray(r).size:
-            a, rel = numerics.max_errors(o, r)
-            max_abs, max_rel = max(max_abs, a), max(max_rel, rel)
-    return problem is None, problem, max_abs, max_rel
+        o, r = np.asarray(o), np.asarray(r)
+        if o.shape == r.shape and r.size and r.dtype.kind == "f":
+            rtol, atol = numerics.tolerance(r.dtype, "reduction", reduction_len)
+            of, rf = o.astype(np.float64), r.astype(np.float64)
+            with np.errstate(all="ignore"):
+                err = np.where((of == rf) | (np.isnan(of) & np.isnan(rf)), 0.0, np.abs(of - rf))
+                ratio = err / (atol + rtol * np.abs(rf))
+            max_abs = max(max_abs, float(np.nanmax(err)))
+            worst = max(worst, float(np.nanmax(ratio)))
+    return problem is None, problem, max_abs, worst
+
+
+_CONTROL_FLOW = {"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"}
+# graph plumbing that a program turns into inputs, constants or aliases: not executed ops
+_PLUMBING = {"Placeholder", "Const", "Identity", "IdentityN", "_Arg", "_Retval"}
+
+
+def _graph_op_counts(graph, seen=None):
+    """Static op types of a FuncGraph and the bodies it calls (each body once)."""
+    from . import tf_adapter as tfa
+    seen = set() if seen is None else seen
+    counts = {}
+    for op in graph.get_operations():
+        if op.type not in _CONTROL_FLOW | _PLUMBING and not excluded(op.type):
+            counts[op.type] = counts.get(op.type, 0) + 1
+        for a in ("body", "cond", "then_branch", "else_branch", "f", "branches"):
+            try:
+                v = op.get_attr(a)
+            except (ValueError, TypeError):
+                continue
+            for fa in (v if isinstance(v, list) else [v]):
+                fname = getattr(fa, "name", None)
+                if isinstance(fname, bytes):
+                    fname = fname.decode()
+                if not fname or fname in seen:
+                    continue
+                seen.add(fname)
+                try:
+                    sub = tfa.function_graph(fname, graph)
+                except Exception:  # noqa: BLE001 - a body we cannot find: not counted
+                    sub = None
+                if sub is not None:
+                    for k, n in _graph_op_counts(sub, seen).items():
+                        counts[k] = counts.get(k, 0) + n
+    return counts
+
+
+def measure(call):
+    """Run `call` once on our side with a fresh ledger and trace spans on; returns coverage().
+
+    tf.functions that run whole on TensorFlow (not lowerable) leave no per-op ledger entries: they
+    are run here from the function hook, timed as one fallback span, and their ops counted
+    statically from the FuncGraph (loop bodies once), with reason whole_function:<reason>.
+    """
+    import tf_backend
+    from . import functions, trace
+    whole = []
+    orig = functions.on_call
+
+    def on_call(atomic_fn, args):
+        out = orig(atomic_fn, args)
+        if out is not None:
+            return out
+        t0 = time.perf_counter()
+        out = type(atomic_fn).call_flat.__wrapped__(atomic_fn, *args)   # TensorFlow's
+        whole.append((atomic_fn, time.perf_counter() - t0))
+        return out
+
+    tf_backend.disable()
+    was_on = trace.ON
+    trace.ON = True
+    functions.on_call = on_call
+    n_events = len(trace._events)
+    try:
+        tf_backend.enable()
+        call()   # re-warm after the switch
+        tf_backend.reset_stats()
+        whole.clear()
+        n_events = len(trace._events)
+        call()
+        stats = tf_backend.stats()
+        events = trace._events[n_events:]
+    finally:
+        tf_backend.disable()
+        functions.on_call = orig
+        del trace._events[n_events:]
+        trace.ON = was_on
+    cov = coverage(stats, events, _whole_functions(whole, stats))
+    cov["functions"] = {k: {a: v.get(a) for a in ("compiled", "reason", "calls", "fallback_calls")}
+                        for k, v in stats.get("functions", {}).items()}
+    return cov
+
+
+def _whole_functions(whole, stats):
+    from . import tf_adapter as tfa
+    out = {}
+    for atomic_fn, seconds in whole:
+        name, graph = tfa.atomic_fn_info(atomic_fn)
+        f = out.get(name)
+        if f is None:
+            reason = stats.get("functions", {}).get(name, {}).get("reason") or "not_on_cpu"
+            f = out[name] = {"reason": reason, "calls": 0, "seconds": 0.0,
+                             "ops": _graph_op_counts(graph)}
+        f["calls"] += 1
+        f["seconds"] += seconds
+    return out
 
 
 def _timed(call, n):
@@ -202,7 +316,6 @@ def _timed(call, n):
 def run_cell(tf, keras, name, mode, spec=None, repeats=None, progress=None):
     """One model x mode: stock, then ours; match, coverage, time ratio."""
     import tf_backend
-    from . import trace
     spec = spec or spec_for(name)
     repeats = repeats if repeats is not None else spec.repeats
     say = progress or (lambda m: None)
@@ -223,25 +336,9 @@ def run_cell(tf, keras, name, mode, spec=None, repeats=None, progress=None):
             raise RuntimeError("tf_backend.enable() refused (unverified TensorFlow version?)")
         ours_w = Workload(tf, keras, name, mode, spec)
         ours = ours_w.call()
-        ok, problem, max_abs, max_rel = compare_values(ours, ref, spec.reduction_len)
+        ok, problem, max_abs, err_tol = compare_values(ours, ref, spec.reduction_len)
         # one warm call with the ledger reset and trace spans on: coverage by count and time
-        tf_backend.disable()
-        was_on = trace.ON
-        trace.ON = True
-        n_events = len(trace._events)
-        try:
-            tf_backend.enable()
-            ours_w.call()   # re-warm after the switch, untraced ops still count as warm
-            tf_backend.reset_stats()
-            n_events = len(trace._events)
-            ours_w.call()
-            stats = tf_backend.stats()
-            events = trace._events[n_events:]
-        finally:
-            tf_backend.disable()
-            del trace._events[n_events:]
-            trace.ON = was_on
-        cov = coverage(stats, events)
+        cov = measure(ours_w.call)
         tf_backend.enable()
         ours_w.call()   # re-warm untraced
         t_ours = _timed(ours_w.call, repeats)
@@ -253,35 +350,45 @@ def run_cell(tf, keras, name, mode, spec=None, repeats=None, progress=None):
     finally:
         tf_backend.disable()
     ms, mo = statistics.median(t_stock), statistics.median(t_ours)
-    cell.update(match=ok, mismatch=problem, max_abs_error=max_abs, max_rel_error=max_rel,
+    cell.update(match=ok, mismatch=problem, max_abs_error=max_abs, error_over_tolerance=err_tol,
                 reduction_len=spec.reduction_len, compared=len(ref),
                 coverage_count=cov["count"], coverage_time=cov["time"],
                 stock_s=ms, ours_s=mo, ratio=mo / ms if ms else None,
                 stock_times=t_stock, ours_times=t_ours,
                 calls=cov["calls"], op_seconds=cov["seconds"], fallbacks=cov["fallbacks"],
-                excluded=cov["excluded"],
+                excluded=cov["excluded"], whole_functions=cov["whole_functions"],
                 ops={op: {k: v for k, v in o.items()} for op, o in cov["ops"].items()},
-                functions={k: {a: b for a, b in v.items() if a in ("compiled", "reason",
-                                                                   "calls", "fallback_calls")}
-                           for k, v in stats.get("functions", {}).items()},
+                functions=cov["functions"],
                 seconds=round(time.perf_counter() - t_start, 1))
     return cell
 
 
-def run(models, modes, repeats=None, progress=None):
+def run(models, modes, repeats=None, progress=None, json_path=None):
+    """Every model x mode; with json_path, the document is rewritten after each cell."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
     import tensorflow as tf
-    cells = []
+    load0 = os.getloadavg()[0]
+    doc = {"tool": "tfb zoo", "tensorflow": tf.__version__, "keras": keras.__version__,
+           "cpus": os.cpu_count(), "load_average": [load0, load0],
+           "coverage_excludes": EXCLUDED_DOC, "cells": []}
     for name in models:
         for mode in modes:
-            cells.append(run_cell(tf, keras, name, mode, repeats=repeats, progress=progress))
-            c = cells[-1]
+            c = run_cell(tf, keras, name, mode, repeats=repeats, progress=progress)
+            c["load_average"] = os.getloadavg()[0]
+            doc["cells"].append(c)
+            doc["load_average"][1] = c["load_average"]
             if progress:
                 progress(f"{name}/{mode}: {_short(c)}")
-    return {"tool": "tfb zoo", "tensorflow": tf.__version__, "keras": keras.__version__,
-            "cpus": os.cpu_count(), "load_average": list(os.getloadavg()),
-            "coverage_excludes": EXCLUDED_DOC, "cells": cells}
+            if json_path:
+                write_json(doc, json_path)
+    return doc
+
+
+def write_json(doc, path):
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+    os.replace(path + ".tmp", path)
 
 
 # --- output ------------------------------------------------------------------------------------
@@ -300,8 +407,8 @@ def _fmt_s(s):
     return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
 
 
-HEADER = ("model", "mode", "batch", "match", "max rel err", "cov count", "cov time",
-          "stock", "ours", "ours/stock", "top fallbacks (calls)")
+HEADER = ("model", "mode", "batch", "match", "err/tol", "cov count", "cov time",
+          "stock", "ours", "ours/stock", "load", "top fallbacks (calls)")
 
 
 def rows(doc):
@@ -309,22 +416,23 @@ def rows(doc):
     for c in doc["cells"]:
         batch = f"{c['batch']}" + (f"x{c['steps']}" if c.get("steps") else "")
         if c["status"] != "ok":
-            out.append((c["model"], c["mode"], batch, "ERROR", "", "", "", "", "", "",
+            out.append((c["model"], c["mode"], batch, "ERROR", "", "", "", "", "", "", "",
                         c["error"][:80]))
             continue
         fb = ", ".join(f"{f['op']}×{f['calls']}" for f in c["fallbacks"][:3])
         out.append((c["model"], c["mode"], batch, "yes" if c["match"] else "NO",
-                    f"{c['max_rel_error']:.1e}", _pct(c["coverage_count"]),
+                    f"{c['error_over_tolerance']:.2g}", _pct(c["coverage_count"]),
                     _pct(c["coverage_time"]), _fmt_s(c["stock_s"]), _fmt_s(c["ours_s"]),
-                    f"{c['ratio']:.2f}", fb or "-"))
+                    f"{c['ratio']:.2f}", f"{c.get('load_average', 0):.1f}", fb or "-"))
     return out
 
 
 def _title(doc):
     return (f"tfb zoo: TensorFlow {doc['tensorflow']}, Keras {doc['keras']}, {doc['cpus']} CPUs, "
-            f"load {doc['load_average'][0]:.2f}; coverage = executed compute ops on our kernels "
-            f"(ledger count / trace time); {doc['coverage_excludes']}; batch x fit steps; time = "
-            f"median per call (fit: fit + evaluate)")
+            f"load average {doc['load_average'][0]:.2f} -> {doc['load_average'][1]:.2f}; "
+            f"coverage = executed compute ops on our kernels (ledger count / trace time); "
+            f"{doc['coverage_excludes']}; batch x fit steps; time = median per call (fit: fit "
+            f"+ evaluate); load = 1-min load average after the cell")
 
 
 def text(doc):
@@ -388,11 +496,8 @@ def main(argv):
     if not modes or set(modes) - set(MODES):
         p.error(f"--modes {args.modes!r}: use any of {', '.join(MODES)}")
     from .cli import progress_printer
-    doc = run(models, modes, args.repeats, progress_printer(args.quiet))
+    doc = run(models, modes, args.repeats, progress_printer(args.quiet), args.json)
     print(markdown(doc) if args.markdown else text(doc))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=1, default=str)
     return 0 if all(c["status"] == "ok" and c["match"] for c in doc["cells"]) else 1
 
 
