@@ -63,6 +63,19 @@ def test_coverage_excludes_state_ops():
     assert [f["op"] for f in cov["fallbacks"]] == ["Erf"]
 
 
+def test_coverage_counts_whole_function_fallbacks():
+    """A tf.function that ran whole on TensorFlow leaves no per-op ledger entries: its ops (from
+    the graph) and its call time count as fallback."""
+    stats = {"ops": {"MatMul": {"backend": 2, "fallback": 0, "reasons": {}}}}
+    events = [{"name": "MatMul", "cat": "eager", "dur": 100.0, "args": {"path": "backend"}}]
+    whole = {"__inference_train_7": {"reason": "unbound_input:x", "calls": 1, "seconds": 3e-4,
+                                     "ops": {"MatMul": 1, "Tanh": 1}}}
+    cov = zoo_report.coverage(stats, events, whole)
+    assert cov["count"] == 0.5
+    assert cov["time"] == pytest.approx(0.25)
+    assert cov["ops"]["Tanh"]["reasons"] == {"whole_function:unbound_input:x": 1}
+
+
 def test_tfb_zoo_cli(tmp_path, capsys):
     from tf_backend import cli
     out = tmp_path / "zoo.json"

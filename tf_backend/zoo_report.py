@@ -148,7 +148,7 @@ def coverage(stats, events, whole=None):
 class Workload:
     """One model on one side: build (fixed seed) and run the mode's call."""
 
-    def __init__(self, tf, keras, name, mode, spec, seed=0):
+    def __init__(self, tf, keras, name, mode, spec, seed=0, run_eagerly=False):
         from . import zoo
         self.tf, self.keras, self.mode, self.spec = tf, keras, mode, spec
         self.model = zoo.build(name, keras, seed=seed)
@@ -166,7 +166,8 @@ class Workload:
             act = getattr(getattr(last, "activation", None), "__name__", "")
             self.model.compile(
                 optimizer=keras.optimizers.SGD(0.01),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=act != "softmax"))
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=act != "softmax"),
+                run_eagerly=run_eagerly)
 
     def call(self):
         """Run once; returns the values to compare: a dict name -> array."""
@@ -304,6 +305,18 @@ def _whole_functions(whole, stats):
     return out
 
 
+def stock_spread(tf, keras, name, spec, ref, say):
+    """How far stock's own eager fit (run_eagerly=True: same ops, no Grappler) lands from its
+    compiled fit: the rounding sensitivity of this training run, for a mismatch's context."""
+    import tf_backend
+    say(f"{name}/fit: stock run_eagerly=True (spread)")
+    tf_backend.disable()
+    other = Workload(tf, keras, name, "fit", spec, run_eagerly=True).call()
+    ok, problem, max_abs, err_tol = compare_values(other, ref, spec.reduction_len)
+    return {"match": ok, "mismatch": problem, "max_abs_error": max_abs,
+            "error_over_tolerance": err_tol}
+
+
 def _timed(call, n):
     ts = []
     for _ in range(n):
@@ -339,6 +352,8 @@ def run_cell(tf, keras, name, mode, spec=None, repeats=None, progress=None):
         ok, problem, max_abs, err_tol = compare_values(ours, ref, spec.reduction_len)
         # one warm call with the ledger reset and trace spans on: coverage by count and time
         cov = measure(ours_w.call)
+        if mode == "fit" and not ok:
+            cell["stock_spread"] = stock_spread(tf, keras, name, spec, ref, say)
         tf_backend.enable()
         ours_w.call()   # re-warm untraced
         t_ours = _timed(ours_w.call, repeats)
@@ -460,7 +475,13 @@ def _problems(doc):
         if c["status"] != "ok":
             continue
         if not c["match"]:
-            out.append(f"  {c['model']}/{c['mode']}: mismatch: {c['mismatch']}")
+            out.append(f"  {c['model']}/{c['mode']}: mismatch (err/tol "
+                       f"{c['error_over_tolerance']:.3g}): {c['mismatch']}")
+            sp = c.get("stock_spread")
+            if sp:
+                out.append(f"  {c['model']}/{c['mode']}: stock's own run_eagerly fit vs its "
+                           f"compiled fit: err/tol {sp['error_over_tolerance']:.3g}"
+                           + (f": {sp['mismatch']}" if sp["mismatch"] else " (matches)"))
         for f in c["fallbacks"]:
             reasons = ", ".join(f"{r}×{n}" for r, n in sorted(f["reasons"].items()))
             out.append(f"  {c['model']}/{c['mode']}: fallback {f['op']} ×{f['calls']} "
