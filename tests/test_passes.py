@@ -292,3 +292,29 @@ def test_batch_reads_one_call_for_inference_reads_only(tf):
     b.assign(b0)
     tf_backend.disable()
     np.testing.assert_allclose(got, np.asarray(tf.function(g)(x)), rtol=1e-6)
+
+
+def test_inplace_never_writes_a_buffer_still_read_through_a_view(tf):
+    """exp(reshape(a)) may not reuse a's buffer while `a` is read again (found by the program
+    exporter's tests: the reshape is a zero-copy view of a)."""
+    rng = np.random.default_rng(5)
+    x = tf.constant(rng.standard_normal((4, 8)).astype(np.float32))
+    w = tf.constant(rng.standard_normal((8, 8)).astype(np.float32))
+
+    def f(x):
+        a = tf.matmul(x, w)
+        c = tf.exp(tf.reshape(a, [-1]))
+        return c, a * 3.0
+
+    def g(x):                                       # the view is the only reader: reuse is fine
+        return tf.exp(tf.reshape(tf.matmul(x, w), [-1])) * 2.0
+
+    for fn in (f, g):
+        got = _run(tf, fn, x)
+        tf_backend.disable()
+        ref = [np.asarray(t) for t in tf.nest.flatten(tf.function(fn)(x))]
+        for o, r in zip(got, ref):
+            np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5)
+    prog = _program(tf, g, x)
+    passes.optimize(prog)
+    assert any(n.inplace is not None for n in prog.nodes), prog.dump()

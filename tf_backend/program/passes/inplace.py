@@ -4,6 +4,20 @@ output). At run time the executor reuses the buffer only if it still holds our o
 (a kernel that fell back to TensorFlow hands back TensorFlow's memory, which is never written)."""
 from kernels.elementwise_table import TABLE
 
+from ...executor import VIEW_OPS
+
+
+def _sole_view_chain(s, producer, consumers, prog):
+    """A view op's output shares its input's buffer (executor.VIEW_OPS): writing it is safe only
+    if every buffer up the chain of views is read by nothing else either."""
+    p = producer.get(s)
+    while p is not None and p.kind == "kernel" and p.op in VIEW_OPS:
+        src = p.inputs[0]
+        if consumers.get(src) != 1 or src in prog.consts:
+            return False
+        p = producer.get(src)
+    return True
+
 
 def run(prog):
     consumers = prog.consumers()
@@ -21,7 +35,7 @@ def run(prog):
             spec = prog.slot_specs.get(s)
             if (p is not None and p.kind in ("kernel", "fused") and consumers.get(s) == 1
                     and spec is not None and spec.shape == out.shape and spec.dtype == out.dtype
-                    and s not in prog.consts):
+                    and s not in prog.consts and _sole_view_chain(s, producer, consumers, prog)):
                 n.inplace = k
                 count += 1
                 break
