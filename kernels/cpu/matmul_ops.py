@@ -11,6 +11,7 @@ from kernels import kernel
 from kernels.cpu.reduction_ops import quiet
 
 NUM = ("float32", "float64", "int32", "int64")
+HALF = ("float16", "bfloat16")   # stored in 16 bits, multiplied and accumulated in float32
 PARALLEL_MIN = 1 << 24    # multiply-adds; smaller products do not repay a parallel region
 
 
@@ -59,19 +60,22 @@ def _int_matmul(x, y, out):
 
 
 def _product(x, y, out):
-    if out.dtype.kind == "f":
+    if out.dtype.itemsize == 2:   # float16/bfloat16 (no 16-bit integers here)
+        r = quiet(np.matmul, x.astype(np.float32), y.astype(np.float32))
+        quiet(np.copyto, out, r, casting="unsafe")
+    elif out.dtype.kind == "f":
         quiet(np.matmul, x, y, out=out)   # 0 * inf = NaN is TensorFlow's answer too
     else:
         _int_matmul(x, y, out)
 
 
-@kernel("MatMul", dtypes=NUM)
+@kernel("MatMul", dtypes=NUM + HALF)
 def matmul(inputs, outputs, attrs):
     a, b = inputs
     _product(a.T if attrs["transpose_a"] else a, b.T if attrs["transpose_b"] else b, outputs[0])
 
 
-@kernel("BatchMatMul", "BatchMatMulV2", dtypes=NUM)
+@kernel("BatchMatMul", "BatchMatMulV2", dtypes=NUM + HALF)
 @kernel("BatchMatMulV3", dtypes=NUM, type_attr=("Ta", "Tb", "Tout"))
 def batch_matmul(inputs, outputs, attrs):
     x, y = inputs

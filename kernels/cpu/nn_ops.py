@@ -58,17 +58,29 @@ def _softmax(x, out, log, check_nonfinite=False):
             out /= s
 
 
-@kernel("Softmax", dtypes=FLOATS)
+def _half_softmax(x, out, log, check_nonfinite=False):
+    """float16/bfloat16: computed in float32, rounded once."""
+    tmp = np.empty(out.shape, np.float32)
+    _softmax(x.astype(np.float32), tmp, log, check_nonfinite)
+    with np.errstate(all="ignore"):
+        np.copyto(out, tmp, casting="unsafe")
+
+
+@kernel("Softmax", dtypes=FLOATS + HALF)
 def softmax(inputs, outputs, attrs):
     x = inputs[0]
-    f32 = x.dtype == np.float32
+    f32 = x.dtype == np.float32 or x.dtype.name == "bfloat16"   # both run on oneDNN in TF
+    if x.dtype.itemsize == 2 and not (f32 and x.ndim > 5):
+        return _half_softmax(x, outputs[0], False, check_nonfinite=f32)
     if f32 and x.ndim > 5:
         raise Unsupported("rank>5_softmax")   # stock float32 (oneDNN) raises AbortedError
     _softmax(x, outputs[0], False, check_nonfinite=f32)
 
 
-@kernel("LogSoftmax", dtypes=FLOATS)
+@kernel("LogSoftmax", dtypes=FLOATS + HALF)
 def log_softmax(inputs, outputs, attrs):
+    if inputs[0].dtype.itemsize == 2:
+        return _half_softmax(inputs[0], outputs[0], True)
     _softmax(inputs[0], outputs[0], True)
 
 

@@ -128,19 +128,41 @@ def _sum_into(x, axes, out, keep):
         np.add.reduce(x, axis=axes, dtype=out.dtype, out=out, keepdims=keep)
 
 
-@kernel("Sum", dtypes=NUM)
+HALF = ("float16", "bfloat16")   # summed in float32 (TensorFlow's bfloat16 reducers do too)
+
+
+@kernel("Sum", dtypes=NUM + HALF)
 def sum_(inputs, outputs, attrs):
     x, out = inputs[0], outputs[0]
     axes = _axes(x, inputs[1])
     if out.size:
-        _sum_into(x, axes, out, attrs["keep_dims"])
+        if x.dtype.itemsize == 2:
+            tmp = np.empty(out.shape, np.float32)
+            _sum_into(x.astype(np.float32), axes, tmp, attrs["keep_dims"])
+            quiet(np.copyto, out, tmp, casting="unsafe")
+        else:
+            _sum_into(x, axes, out, attrs["keep_dims"])
 
 
-@kernel("Mean", dtypes=NUM)
+@kernel("Mean", dtypes=NUM + HALF)
 def mean(inputs, outputs, attrs):
     x, out = inputs[0], outputs[0]
     axes = _axes(x, inputs[1])
     if not out.size:
+        return
+    if x.dtype.itemsize == 2:
+        # bfloat16: the float32 mean rounded once (TensorFlow reduces bfloat16 in float32);
+        # float16: TensorFlow's sum is a float16 (Inf past 65504) divided by the count
+        tmp = np.empty(out.shape, np.float32)
+        n = _count(x, axes)
+        if n == 0:
+            out.fill(np.nan)
+            return
+        _sum_into(x.astype(np.float32), axes, tmp, attrs["keep_dims"])
+        if x.dtype == np.float16:
+            tmp = quiet(np.asarray, tmp, np.float16).astype(np.float32)
+        quiet(np.divide, tmp, np.float32(n), out=tmp)
+        quiet(np.copyto, out, tmp, casting="unsafe")
         return
     keep = attrs["keep_dims"]
     n = _count(x, axes)

@@ -89,6 +89,24 @@ def _bmm_samples(shapes):
     return samples
 
 
+HALF = ("float16", "bfloat16")
+
+
+def _half_mm_samples(dt, rng):
+    return [(arr(rng, (3, 4), dt, -1, 1), arr(rng, (4, 5), dt, -1, 1)),
+            (arr(rng, (4, 3), dt, -1, 1), arr(rng, (5, 4), dt, -1, 1), True, True),
+            (arr(rng, (0, 3), dt), arr(rng, (3, 2), dt)),
+            (arr(rng, (2, 0), dt), arr(rng, (0, 3), dt)),
+            (arr(rng, (64, 300), dt, -1, 1), arr(rng, (300, 48), dt, -1, 1))]
+
+
+def _half_bmm_samples(dt, rng):
+    return [(arr(rng, (2, 3, 4), dt, -1, 1), arr(rng, (2, 4, 5), dt, -1, 1), False, False),
+            (arr(rng, (2, 4, 3), dt, -1, 1), arr(rng, (2, 5, 4), dt, -1, 1), True, True),
+            (arr(rng, (4, 3, 4), dt, -1, 1), arr(rng, (1, 4, 2), dt, -1, 1), False, False),
+            (arr(rng, (2, 0, 4), dt), arr(rng, (2, 4, 3), dt), False, False)]
+
+
 def _bmm_errors(dt):
     def o(*s):
         return np.ones(s, dt)
@@ -122,4 +140,10 @@ CASES = [
            lambda dt, rng: [(arr(rng, (3, 6, 5), dt), arr(rng, (6, 4), dt))], dtypes=NUM,
            kind="reduction", reduction_len=lambda a: a[0].shape[-2], grad=True,
            grad_ops=("BatchMatMulV2", "Sum")),
+    # float16/bfloat16: stored in 16 bits, multiplied and accumulated in float32
+    OpCase("MatMul-half", "MatMul", _mm, _half_mm_samples, dtypes=HALF, kind="reduction",
+           reduction_len=_k, grad=True, grad_ops=("MatMul",)),
+    OpCase("BatchMatMulV2-half", "BatchMatMulV2", _bmm("BatchMatMulV2"),
+           _half_bmm_samples, dtypes=HALF, kind="reduction", reduction_len=_k, grad=True,
+           grad_ops=("BatchMatMulV2",)),
 ]

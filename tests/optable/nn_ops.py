@@ -58,7 +58,7 @@ def _rows_nchw(args):
 
 def softmax_samples(dt, rng):
     sp = special_floats(dt)
-    if np.dtype(dt) == np.float32:
+    if np.dtype(dt) in (np.float32, np.dtype("bfloat16")):
         # stock float32 Softmax (oneDNN) gives lane-dependent results for rows holding NaN or
         # +Inf; our kernel hands those rows back to TensorFlow, so they are no sample here
         sp = sp[~(np.isnan(sp) | (sp == np.inf))]
@@ -107,10 +107,10 @@ _OWN = [
            reduction_len=_rows_nchw),
     # a (log-)softmax sums exp over the row: tolerance as a reduction over the row length
     OpCase("Softmax", "Softmax", lambda x: tf.nn.softmax(x), softmax_samples,
-           dtypes=("float32", "float64"), kind="reduction", reduction_len=_row_len,
+           dtypes=("float32", "float64", "float16", "bfloat16"), kind="reduction", reduction_len=_row_len,
            errors=softmax_errors, grad=True),
     OpCase("LogSoftmax", "LogSoftmax", lambda x: tf.nn.log_softmax(x), log_softmax_samples,
-           dtypes=("float32", "float64"), kind="reduction", reduction_len=_row_len,
+           dtypes=("float32", "float64", "float16", "bfloat16"), kind="reduction", reduction_len=_row_len,
            errors=softmax_errors, grad=True),
 ]
 

@@ -113,6 +113,15 @@ def _arg_samples(dt, rng):
     return out
 
 
+def _half_samples(dt, rng):
+    # keep_dims where a result would be 0-d: np.asarray of a 0-d bfloat16 EagerTensor fails
+    s = special_floats(dt)
+    out = [(arr(rng, sh, dt), a, k or len(sh) == len(np.unique(np.asarray(a) % max(len(sh), 1))))
+           for sh, a, k in _SHAPES_AXES if sh != ()]
+    return out + [(arr(rng, (60, 50), dt), [0], False), (arr(rng, (60, 50), dt), -1, True),
+                  (s[:6], 0, True), (np.full((3, 4), 40000, dt), [0], False)]
+
+
 def _arg_errors(dt):
     x = np.ones((2, 3), dt)
     return [(x, 2), (x, -3), (np.ones((), dt), 0), (x, [0]), (np.ones((0, 3), dt), 0),
@@ -146,4 +155,9 @@ CASES = [
     OpCase("reduce_mean-public", "Mean", lambda x: tf.reduce_mean(x, axis=-1, keepdims=True),
            lambda dt, rng: [(arr(rng, s, dt),) for s in [(3,), (3, 4), (2, 0), (2, 3, 4)]],
            dtypes=NUM, kind="reduction", reduction_len=lambda a: a[0].shape[-1], grad=True),
+    # float16/bfloat16: summed in float32, rounded once
+    OpCase("Sum-half", "Sum", _reduce("Sum"), _half_samples, dtypes=("float16", "bfloat16"),
+           kind="reduction", reduction_len=_rlen, grad=True),
+    OpCase("Mean-half", "Mean", _reduce("Mean"), _half_samples, dtypes=("float16", "bfloat16"),
+           kind="reduction", reduction_len=_rlen, grad=True),
 ]
