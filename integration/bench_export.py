@@ -11,7 +11,6 @@ Arms alternate in blocks (each block starts with one untimed call); per-call med
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -19,6 +18,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tf_backend._startup import tune_thread_env  # noqa: E402
+from integration.bench_programs import summarize  # noqa: E402
 
 if "--threads" in sys.argv:   # before numpy/numba/TensorFlow start their pools
     n = sys.argv[sys.argv.index("--threads") + 1]
@@ -42,11 +42,6 @@ def time_block(fn, arg, side, calls):
         out = fn(arg)
     out = out[0] if isinstance(out, list) else out.numpy()
     return (time.perf_counter() - t0) / calls
-
-
-def summarize(xs):
-    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
-    return {"median_ms": 1e3 * statistics.median(xs), "q1_ms": 1e3 * q[0], "q3_ms": 1e3 * q[2]}
 
 
 def main(argv=None):

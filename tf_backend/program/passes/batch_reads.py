@@ -46,7 +46,7 @@ def run(prog):
     gone = {id(n) for n in reads}
     nodes = []
     for n in prog.nodes:
-        if id(n) == id(reads[0]):
+        if n is reads[0]:
             nodes.append(batch)
         if id(n) not in gone:
             if any(id(c) in gone for c in n.ctrl):
