@@ -353,6 +353,87 @@ def test_programs_specialise_per_input_shape(tf, tmp_path, monkeypatch):
     functions.clear_cache()
 
 
+def _non_topological(graph):
+    """Ops of graph (in get_operations() order) that read a tensor made by a later op."""
+    pos = {op.name: i for i, op in enumerate(graph.get_operations())}
+    return [op.name for i, op in enumerate(graph.get_operations())
+            if any(pos[t.op.name] > i for t in op.inputs)]
+
+
+def test_while_gradient_accumulators_lower_in_dependency_order(tf, threads):
+    """while_v2's gradient adds accumulator inputs, created after the forward While op, to that
+    op: get_operations() is then not a dependency order (Keras LSTM training). Lowering orders the
+    ops topologically, so the function runs as a program and matches stock."""
+    from tf_backend.program import lower
+    v = tf.Variable(np.linspace(-0.5, 0.5, 16, dtype=np.float32).reshape(4, 4))
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            _, h = tf.while_loop(lambda i, h: i < 3,
+                                 lambda i, h: (i + 1, tf.tanh(tf.matmul(h, v))), (0, x))
+            loss = tf.reduce_sum(h * h)
+        g = tape.gradient(loss, v)
+        v.assign_sub(0.1 * g)
+        return loss, g
+
+    x = tf.constant(np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4))
+    graph = step.get_concrete_function(x).graph
+    assert _non_topological(graph), "precondition: creation order is not dependency order"
+    order = lower.topological_order(graph)
+    pos = {op.name: i for i, op in enumerate(order)}
+    assert len(order) == len(graph.get_operations())
+    for op in order:
+        assert all(pos[t.op.name] < pos[op.name] for t in op.inputs)
+        assert all(pos[c.name] < pos[op.name] for c in op.control_inputs)
+    w0 = np.asarray(v)
+    tf_backend.disable()
+    ref = [np.asarray(t) for t in step(x)] + [np.asarray(v)]
+    v.assign(w0)
+    with tf_backend.enabled():
+        tf_backend.reset_stats()
+        ours = [np.asarray(t) for t in step(x)] + [np.asarray(v)]
+        stats = tf_backend.stats()
+    _close(ours, ref, rtol=1e-5, atol=1e-6)
+    fn = next(iter(stats["functions"].values()))
+    assert fn["compiled"] and not fn.get("reason"), fn
+    assert fn["kernel_nodes"].get("MatMul") and fn["kernel_nodes"].get("Tanh"), fn
+
+
+def test_topological_order_keeps_graph_order_and_refuses_cycles(tf):
+    """A graph already in dependency order keeps its op order exactly; otherwise stateful ops keep
+    their relative order and every data/control edge points forward (auto control deps make the
+    output Identity wait on a NoOp created after it); a cycle makes the function Unlowerable."""
+    from tf_backend.program import lower
+    v = tf.Variable(1.0)
+    spec = tf.TensorSpec((), tf.float32)
+
+    pure = tf.function(lambda x: tf.tanh(x * 2.0) + 1.0).get_concrete_function(spec).graph
+    assert lower.topological_order(pure) == pure.get_operations()
+
+    def f(x):
+        v.assign_add(x)
+        a = x * 2.0
+        v.assign_add(a)
+        return a + v.read_value()
+
+    graph = tf.function(f).get_concrete_function(spec).graph
+    order = lower.topological_order(graph)
+    pos = {op.name: i for i, op in enumerate(order)}
+    for op in order:
+        assert all(pos[t.op.name] < pos[op.name] for t in op.inputs)
+        assert all(pos[c.name] < pos[op.name] for c in op.control_inputs)
+    stateful = [op.name for op in graph.get_operations() if op.op_def.is_stateful]
+    assert [op.name for op in order if op.op_def.is_stateful] == stateful
+    with graph.as_default():
+        mul = next(op for op in graph.get_operations() if op.type == "Mul")
+        add = next(op for op in graph.get_operations() if op.type == "AddV2")
+        mul._add_control_input(add)   # test-only private API: add reads mul; now mul waits on add
+    with pytest.raises(lower.Unlowerable) as ei:
+        lower.lower(graph, "f")
+    assert ei.value.reason.startswith("cycle:")
+
+
 def test_mirrored_strategy_two_cpus_matches_stock_and_never_hangs():
     """Collectives only work in TF's graph executor: such functions run whole on TensorFlow,
     replica calls placed on CPU:1 too; results equal stock."""

@@ -3,7 +3,12 @@
 Function calls are inlined; If/While/Case become control-flow nodes over sub-programs. Each op
 becomes a `kernel` node when we own it with these attrs, else a `stock` node (TensorFlow's
 kernel, run in program order). Identity-like ops become `alias` nodes for the identity pass.
+Ops are visited in a topological order (data and control inputs), with the graph's own op order
+as the tie-break: get_operations() is creation order, which is not a dependency order once
+while_v2's gradient has added accumulator inputs (created later) to the forward While op.
 """
+import heapq
+
 import numpy as np
 
 from shape_fns import Spec
@@ -66,7 +71,7 @@ def _lower_ops(prog, graph, env, ctrl_prefix, depth):
     op_node = {}        # graph op name -> Node (for control edges)
     added = []
     inputs = {t.ref() for t in graph.inputs}
-    for op in graph.get_operations():
+    for op in topological_order(graph):
         if op.type == "Placeholder" and all(o.ref() in inputs for o in op.outputs):
             continue
         if op.type in WHOLE_FUNCTION_OPS or op.type.startswith(WHOLE_FUNCTION_PREFIXES):
@@ -98,6 +103,41 @@ def _lower_ops(prog, graph, env, ctrl_prefix, depth):
         op_node[op.name] = node
         added.append(node)
     return added
+
+
+def topological_order(graph):
+    """graph's ops so that each comes after the producers of its data and control inputs.
+
+    Kahn's algorithm; among ready ops the one earliest in get_operations() goes first, so an
+    already ordered graph keeps its order exactly and stateful ops keep program order wherever
+    the dependencies allow. A cycle raises Unlowerable (the function runs whole on TensorFlow).
+    """
+    ops = graph.get_operations()
+    index = {op.name: i for i, op in enumerate(ops)}
+    waiting = [0] * len(ops)
+    users = [[] for _ in ops]
+    for i, op in enumerate(ops):
+        deps = {index.get(t.op.name) for t in op.inputs}
+        deps.update(index.get(c.name) for c in op.control_inputs)
+        deps.discard(None)   # not an op of this graph: left for the unbound-input check
+        deps.discard(i)
+        waiting[i] = len(deps)
+        for d in deps:
+            users[d].append(i)
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(ops[i])
+        for u in users[i]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(ops):
+        stuck = min(i for i, n in enumerate(waiting) if n > 0)
+        raise Unlowerable(f"cycle:{ops[stuck].name}")
+    return order
 
 
 def _barrier(prog, op, nodes, added):
