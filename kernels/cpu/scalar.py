@@ -266,12 +266,129 @@ def _is_f32(x):
     return lambda x: False
 
 
-# Each v* helper: the float64-internal SIMD version for float32, libm for float64. They are
+@intrinsic
+def _bits_f32(typingctx, i):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+# TensorFlow's float32 Tanh and Exp are Eigen's packet functions (ptanh_float, pexp_float in
+# Eigen/src/Core/arch/Default/GenericPacketMathFunctions.h, as shipped in the tensorflow wheel),
+# compiled without FMA (the wheel's start-up message lists FMA among the instructions it does
+# not use) and run with denormals flushed to zero. Evaluating the same float32 operations in
+# the same order reproduces them bit for bit (checked over 2**20 random inputs each), in
+# float32 lanes: twice as many per vector as the float64 versions above.
+_f32 = np.float32
+_TH_CLAMP = _f32(7.90738964080810547)          # without FMA; 8.01773357391357422 with
+_TH_A0, _TH_A1, _TH_A2, _TH_A3 = (_f32(1.394553628e-8), _f32(2.102733560e-5),
+                                  _f32(3.520756727e-3), _f32(1.340216100e-1))
+_TH_B0, _TH_B1, _TH_B2, _TH_B3 = (_f32(8.015776984e-7), _f32(3.326951409e-4),
+                                  _f32(2.597254514e-2), _f32(4.673548340e-1))
+_F1, _FHALF = _f32(1.0), _f32(0.5)
+_F32_MIN = _f32(1.1754943508222875e-38)
+
+
+@_jit
+def tanh32(a):
+    """Eigen's ptanh_float: a [9/8] rational approximation on a clamped argument."""
+    x = a if a < _TH_CLAMP else _TH_CLAMP      # NaN stays NaN through both selects
+    x = x if x > -_TH_CLAMP else -_TH_CLAMP
+    x = a if a != a else x
+    x = x if abs(x) >= _F32_MIN else x * _f32(0.0)   # subnormal inputs read as (signed) zero
+    x2 = x * x
+    x3 = x2 * x
+    p = ((_TH_A0 * x2 + _TH_A1) * x2 + _TH_A2) * x2 + _TH_A3
+    q = (((_TH_B0 * x2 + _TH_B1) * x2 + _TH_B2) * x2 + _TH_B3) * x2 + _F1
+    return (x3 * p + x) / q
+
+
+_EX_HI, _EX_LO, _EX_LOG2E = _f32(88.723), _f32(-104.0), _f32(1.44269504088896341)
+_EX_C1, _EX_C2 = _f32(-0.693359375), _f32(2.12194440e-4)
+_EX_P2, _EX_P3, _EX_P4 = (_f32(0.49999988079071044921875), _f32(0.16666518151760101318359375),
+                          _f32(4.166965186595916748046875e-2))
+_EX_P5, _EX_P6 = _f32(8.36894474923610687255859375e-3), _f32(1.37449637986719608306884765625e-3)
+
+
+@_jit
+def exp32(a):
+    """Eigen's pexp_float (m = floor(x log2 e + 1/2), Cody-Waite reduction, degree-6 polynomial),
+    scaled by 2**m in two exact steps; subnormal results flush to zero as in TensorFlow."""
+    x = a if a < _EX_HI else _EX_HI
+    x = a if a != a else x
+    m = np.floor(x * _EX_LOG2E + _FHALF)
+    r = m * _EX_C1 + x
+    r = m * _EX_C2 + r
+    r2 = r * r
+    pe = r2 * _EX_P6 + _EX_P4
+    po = r2 * _EX_P5 + _EX_P3
+    pe = r2 * pe + _EX_P2
+    y = r * po + pe
+    y = r2 * y + (r + _F1)
+    mi = np.int32(m) if m == m else np.int32(0)
+    mi = max(min(mi, np.int32(254)), np.int32(-254))
+    h = mi >> 1
+    y = y * _bits_f32((h + 127) << 23) * _bits_f32((mi - h + 127) << 23)
+    y = y if y >= _F32_MIN else _f32(0.0)
+    y = y if y >= a else a                      # exp(inf) = inf; NaN passes through
+    return y if not a < _EX_LO else _f32(0.0)
+
+
+_SG_HI, _SG_P2, _SG_P3 = _f32(16.6355324), _f32(0.49999141693115234375), _f32(0.16666877269744873046875)
+_SG_P4, _SG_P5 = _f32(4.1898667812347412109375e-2), _f32(8.33471305668354034423828125e-3)
+
+
+@_jit
+def sigmoid32(a):
+    """Eigen's scalar_logistic_op<float> packet path: exp(x/2) by a degree-5 polynomial, squared."""
+    x = _SG_HI if a > _SG_HI else a
+    x = x * _FHALF
+    m = np.floor(x * _EX_LOG2E + _FHALF)
+    r = m * _EX_C1 + x
+    r = m * _EX_C2 + r
+    r2 = r * r
+    pe = r2 * _SG_P4 + _SG_P2
+    po = r2 * _SG_P5 + _SG_P3
+    p = r * po + pe
+    p = r2 * p + (r + _F1)
+    mi = np.int32(m) if m == m else np.int32(0)
+    mi = max(min(mi, np.int32(128)), np.int32(-127))
+    e = p * _bits_f32((mi + 127) << 23)
+    e = e * e
+    e = _f32(0.0) if e < _F32_MIN else e        # NaN stays NaN
+    return _f32(0.0) if a < _EX_LO else e / (_F1 + e)
+
+
+_ER_A = (_f32(2.123732201653183437883853912353515625e-06), _f32(2.861979592125862836837768554687500000e-04),
+         _f32(3.658048342913389205932617187500000000e-03), _f32(5.243302136659622192382812500000000000e-02),
+         _f32(1.874160766601562500000000000000000000e-01), _f32(1.128379106521606445312500000000000000e+00))
+_ER_B = (_f32(3.89185734093189239501953125000e-05), _f32(1.14329601638019084930419921875e-03),
+         _f32(1.47520881146192550659179687500e-02), _f32(1.12945675849914550781250000000e-01),
+         _f32(4.99425798654556274414062500000e-01))
+_F16 = _f32(16.0)
+
+
+@_jit
+def erf32_eigen(a):
+    """Eigen's generic_fast_erf<float>: an [11/10] rational approximation, clamped to [-1, 1]."""
+    x = a if abs(a) >= _F32_MIN else a * _f32(0.0)
+    x2 = x * x
+    x2 = _F16 if x2 > _F16 else x2
+    p = ((((_ER_A[0] * x2 + _ER_A[1]) * x2 + _ER_A[2]) * x2 + _ER_A[3]) * x2 + _ER_A[4]) * x2 + _ER_A[5]
+    p = x * p
+    q = ((((_ER_B[0] * x2 + _ER_B[1]) * x2 + _ER_B[2]) * x2 + _ER_B[3]) * x2 + _ER_B[4]) * x2 + _F1
+    r = p / q
+    r = _F1 if r > _F1 else r
+    return -_F1 if r < -_F1 else r
+
+
+# Each v* helper: for float32 the SIMD version above (Eigen's algorithm in float32 for exp, tanh,
+# sigmoid and erf; float64-internal for log, log1p and softplus), libm for float64. They are
 # inlined into the loops (numba IR inlining), so the loops vectorise.
 
 @_jit
 def vexp(x):
-    return exp64(np.float64(x)) if is_f32(x) else math.exp(x)
+    return exp32(x) if is_f32(x) else math.exp(x)
 
 
 @_jit
@@ -286,25 +403,12 @@ def vlog1p(x):
 
 @_jit
 def vsigmoid(x):
-    if is_f32(x):
-        z = np.float64(x)
-        e = exp64(-abs(z))
-        s = 1.0 / (1.0 + e)
-        return s if z >= 0 else e * s
-    return sigmoid(x)
+    return sigmoid32(x) if is_f32(x) else sigmoid(x)
 
 
 @_jit
 def vtanh(x):
-    if is_f32(x):
-        z = np.float64(x)
-        a = abs(z)
-        t = exp64(-2.0 * a)
-        r = (1.0 - t) / (1.0 + t)
-        r = r if z >= 0 else -r
-        z2 = z * z   # 1 - t cancels for small |z|: the series there
-        return z * (1.0 + z2 * (-1.0 / 3 + z2 * (2.0 / 15 + z2 * (-17.0 / 315)))) if a < 0.01 else r
-    return math.tanh(x)
+    return tanh32(x) if is_f32(x) else math.tanh(x)
 
 
 @_jit
@@ -315,43 +419,9 @@ def vsoftplus(x):
     return softplus(x)
 
 
-# W. J. Cody's rational approximations (Math. Comp. 23, 1969): erf on |x| <= 0.46875, and
-# erfc(x) * exp(x*x) on (0.46875, 4]; beyond 4, erf rounds to +-1 in float32.
-_EA = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
-       3.20937758913846947e03, 1.85777706184603153e-1)
-_EB = (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03,
-       2.84423683343917062e03)
-_EC = (5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01,
-       2.98635138197400131e02, 8.81952221241769090e02, 1.71204761263407058e03,
-       2.05107837782607147e03, 1.23033935479799725e03, 2.15311535474403846e-8)
-_ED = (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02,
-       1.62138957456669019e03, 3.29079923573345963e03, 4.36261909014324716e03,
-       3.43936767414372164e03, 1.23033935480374942e03)
-
-
-@_jit
-def erf32(x):
-    """erf for float32 results, in float64 arithmetic, branch-free."""
-    z = np.float64(x)
-    y = abs(z)
-    t = y * y
-    num = _fma(_fma(_fma(_fma(_EA[4], t, _EA[0]), t, _EA[1]), t, _EA[2]), t, _EA[3])
-    den = _fma(_fma(_fma(t + _EB[0], t, _EB[1]), t, _EB[2]), t, _EB[3])
-    small = z * num / den
-    num = _EC[8] * y
-    den = y
-    for i in range(7):
-        num = (num + _EC[i]) * y
-        den = (den + _ED[i]) * y
-    erfc = exp64(-t) * (num + _EC[7]) / (den + _ED[7])
-    mid = 1.0 - erfc if y <= 4.0 else 1.0
-    mid = mid if z >= 0 else -mid
-    return small if y <= 0.46875 else (mid if y == y else z)
-
-
 @_jit
 def verf(x):
     if is_f32(x):
-        return erf32(x)
+        return erf32_eigen(x)
     # TensorFlow's float64 Erf gives NaN once x*x overflows.
     return math.nan if math.isinf(x * x) else math.erf(x)
