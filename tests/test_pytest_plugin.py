@@ -1,8 +1,10 @@
-"""The pytest plugin: --tf-backend modes, per-test ledger in JUnit XML, hollow passes."""
+"""The pytest plugin (--tf-backend modes, per-test ledger in JUnit XML and the JSON-lines stream,
+hollow passes) and `tfb conformance` (regressions, timed-out sides, fork chains killed whole)."""
 import os
 import subprocess
 import sys
 import textwrap
+import time
 import xml.etree.ElementTree as ET
 
 SUITE = textwrap.dedent("""
@@ -119,3 +121,83 @@ def test_conformance_aggregates_ledgers():
     assert res["fallback_ops"] == {"Svd": {"not_registered": 4}, "Mul": {"dtype:float16": 4}}
     assert res["backend_ops"] == {"Relu": 2} and res["ran_kernels"] == 1
     assert "Svd 4 (not_registeredx4)" in conformance.format_table(res)
+
+
+STUCK_SUITE = textwrap.dedent("""
+    import os, sys, time
+
+    def _off():
+        return "tf_backend.switch" not in sys.modules   # the plugin imports nothing when off
+
+    def test_fast():
+        pass
+
+    def test_stuck():            # hangs with the backend off
+        while _off():
+            time.sleep(1)
+
+    def test_zz_after():         # never reached when off
+        pass
+""")
+
+FORK_SUITE = textwrap.dedent("""
+    import os, sys, time
+
+    def test_fork_chain():       # with the backend off: a chain of 8 forks that never exec
+        if "tf_backend.switch" in sys.modules:
+            return
+        for _ in range(8):
+            if os.fork():
+                break
+            with open(os.environ["PIDS_FILE"], "a") as f:
+                f.write(f"{os.getpid()}\\n")
+        time.sleep(600)
+""")
+
+
+def _conformance(tmp_path, suite, *opts, env=None):
+    import json
+    (tmp_path / "test_s.py").write_text(suite)
+    out = tmp_path / "res.json"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    env.pop("TF_BACKEND", None)
+    r = subprocess.run([sys.executable, "-m", "tf_backend", "conformance", "--json", str(out),
+                        *opts, "--", str(tmp_path / "test_s.py"), "-p", "no:cacheprovider"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    return r, json.loads(out.read_text())
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_conformance_timed_out_side_is_reported_not_hidden(tmp_path):
+    r, res = _conformance(tmp_path, STUCK_SUITE, "--timeout", "15", "--keep", str(tmp_path / "k"))
+    assert r.returncode == 2, r.stdout + r.stderr            # a side did not finish
+    off = res["sides"]["off"]
+    assert off["status"] == "timed out after 15 s" and res["sides"]["on"]["status"] == "ok"
+    assert off["running"] == ["test_s::test_stuck"] and off["finished"] == 1
+    assert res["not_run"] == ["test_s::test_stuck", "test_s::test_zz_after"]
+    assert res["regressions"] == [] and res["passed_off"] == 1 and res["passed_on"] == 3
+    assert "SIDE off DID NOT FINISH: timed out after 15 s; 1 tests finished" in r.stdout
+    assert "running when it stopped: test_s::test_stuck" in r.stdout
+    assert "--forest" not in r.stdout and (tmp_path / "k" / "log-off.txt").exists()
+
+
+def test_conformance_kills_a_fork_chain(tmp_path):
+    pids = tmp_path / "pids.txt"
+    r, res = _conformance(tmp_path, FORK_SUITE, "--max-procs", "4", "--timeout", "300",
+                          env={"PIDS_FILE": str(pids)})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert res["sides"]["off"]["status"].startswith("killed: ")
+    assert res["sides"]["off"]["running"] == ["test_s::test_fork_chain"]
+    forked = [int(x) for x in pids.read_text().split()]
+    assert len(forked) >= 4
+    deadline = time.time() + 10
+    while any(_alive(p) for p in forked) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in forked)      # the whole chain went, not just its head

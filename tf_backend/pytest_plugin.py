@@ -6,18 +6,27 @@ Per test it records the ledger delta as JUnit XML properties (`tf_backend_backen
 `tf_backend_fallback_calls`, `tf_backend_ops` {op: calls}, `tf_backend_fallbacks`
 {op: {reason: calls}}) and counts hollow passes: tests that passed with
 the backend on while none of our kernels ran. With the backend off it imports nothing.
+
+    pytest --tf-backend-results=FILE
+
+appends one JSON line per test as it starts ({"start": id}) and as it finishes ({"test": id,
+"outcome": ..., "props": {...}}), flushed at once, from the controlling process (under xdist the
+workers' reports arrive there): a run that is killed still leaves what finished and what was
+running. Ids are JUnit's (`module.Class::name`), as in the known-differences manifest.
 """
 import json
 import os
 
 import pytest
 
-_state = {"mode": "off", "ran": 0, "hollow": 0, "tests": 0}
+_state = {"mode": "off", "ran": 0, "hollow": 0, "tests": 0, "results": None, "seen": {}}
 
 
 def pytest_addoption(parser):
     parser.addoption("--tf-backend", default=None, choices=("off", "on", "strict", "shadow"),
                      help="run tests with tf_backend in this mode (default: $TF_BACKEND or off)")
+    parser.addoption("--tf-backend-results", default=None, metavar="FILE",
+                     help="append per-test outcomes and ledgers to FILE as JSON lines, as they come")
 
 
 def pytest_configure(config):
@@ -25,6 +34,9 @@ def pytest_configure(config):
     opt = config.getoption("--tf-backend")
     mode = cfg.parse_mode(opt if opt is not None else os.environ.get("TF_BACKEND"))
     _state["mode"] = mode
+    path = config.getoption("--tf-backend-results")
+    if path and not hasattr(config, "workerinput"):   # xdist workers report to the controller
+        _state["results"] = open(path, "a", buffering=1)
     if mode != "off":
         import tf_backend
         tf_backend.enable(mode)
@@ -54,6 +66,44 @@ def pytest_runtest_call(item):
         else:
             _state["hollow"] += 1
             item.user_properties.append(("tf_backend_hollow", True))
+
+
+def junit_id(nodeid):
+    """JUnit's name for a test: `pkg.module.Class::name` (what --junitxml writes)."""
+    from _pytest.junitxml import mangle_test_address
+    names = mangle_test_address(nodeid)
+    return f"{'.'.join(names[:-1])}::{names[-1]}"
+
+
+def _emit(rec):
+    _state["results"].write(json.dumps(rec) + "\n")
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if _state["results"] is not None:
+        _emit({"start": junit_id(nodeid)})
+
+
+def pytest_runtest_logreport(report):
+    """Fold setup/call/teardown into one outcome as JUnit does: any failure or error fails the
+    test, a skip (or an expected failure) skips it."""
+    if _state["results"] is None:
+        return
+    seen = _state["seen"].setdefault(report.nodeid, {"outcome": "passed", "props": {}})
+    if report.failed:
+        seen["outcome"] = "failed"
+    elif report.skipped and seen["outcome"] == "passed":
+        seen["outcome"] = "skipped"
+    seen["props"].update({k: str(v) for k, v in report.user_properties})   # as JUnit writes them
+    if report.when == "teardown":
+        del _state["seen"][report.nodeid]
+        _emit({"test": junit_id(report.nodeid), **seen})
+
+
+def pytest_unconfigure(config):
+    if _state["results"] is not None:
+        _state["results"].close()
+        _state["results"] = None
 
 
 def pytest_terminal_summary(terminalreporter):
