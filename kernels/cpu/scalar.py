@@ -4,6 +4,7 @@ Integer helpers take care of the cases where hardware division traps (x // 0, IN
 the callers check for zero divisors first, and INT_MIN // -1 wraps as in TensorFlow.
 """
 import math
+import platform
 
 import numpy as np
 from llvmlite import ir
@@ -30,6 +31,40 @@ def _ftz(x):
             return x
         return flush
     return lambda x: x
+
+
+# x86-64: TensorFlow's CPU threads run with MXCSR's FTZ and DAZ bits set. A loop can do the same
+# for its own duration (fp_env_get / fp_env_set around it) instead of flushing every operand and
+# result in software (a compare and a select each). Elsewhere HW_FLUSH is False: flush in code.
+HW_FLUSH = platform.machine().lower() in ("x86_64", "amd64")
+FTZ_DAZ = 0x8040
+
+
+def _csr_call(builder, name, ptr):
+    i8p = ir.IntType(8).as_pointer()
+    fn = builder.module.declare_intrinsic(name, fnty=ir.FunctionType(ir.VoidType(), [i8p]))
+    builder.call(fn, [builder.bitcast(ptr, i8p)])
+
+
+@intrinsic
+def fp_env_get(typingctx):
+    """The thread's MXCSR (x86-64 only)."""
+    def codegen(context, builder, sig, args):
+        p = builder.alloca(ir.IntType(32))
+        _csr_call(builder, "llvm.x86.sse.stmxcsr", p)
+        return builder.load(p)
+    return types.int32(), codegen
+
+
+@intrinsic
+def fp_env_set(typingctx, v):
+    """Loads MXCSR (x86-64 only); restore the value fp_env_get returned when done."""
+    def codegen(context, builder, sig, args):
+        p = builder.alloca(ir.IntType(32))
+        builder.store(args[0], p)
+        _csr_call(builder, "llvm.x86.sse.ldmxcsr", p)
+        return context.get_dummy_value()
+    return types.void(types.int32), codegen
 
 
 def cst(x, c):
