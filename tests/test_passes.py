@@ -151,6 +151,33 @@ def test_epilogue_fuses_matmul_bias_activation_residual(tf):
     np.testing.assert_allclose(ours, np.asarray(tf.function(f)(x)), rtol=1e-5, atol=1e-5)
 
 
+def test_epilogue_producer_declining_at_run_time_falls_back_for_that_call(tf):
+    """A Conv2D that declines its values at run time (an Inf in the filter with padding: oneDNN
+    skips padded taps, im2col would make NaN) runs on TensorFlow's kernel inside the fused node,
+    the epilogue still on ours; counted in the ledger with its reason; the next call is ours."""
+    x = tf.constant(np.ones((1, 5, 5, 2), np.float32))
+    b = tf.constant(np.full(4, -2.0, np.float32))
+    bad = np.ones((3, 3, 2, 4), np.float32)
+    bad[0, 0, 0, 0] = np.inf
+
+    def f(x, w):
+        return tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b))
+
+    prog = _program(tf, f, x, tf.constant(bad))
+    passes.optimize(prog)
+    assert ("fused", "Conv2D+epilogue") in [(n.kind, n.op) for n in prog.nodes]
+    fn = tf.function(f)
+    ref = [np.asarray(fn(x, tf.constant(w))) for w in (bad, np.ones_like(bad))]
+    functions.clear_cache()
+    tf_backend.reset_stats()
+    with tf_backend.enabled():
+        ours = [np.asarray(fn(x, tf.constant(w))) for w in (bad, np.ones_like(bad))]
+        conv = tf_backend.stats()["ops"]["Conv2D"]
+    for o, r in zip(ours, ref):
+        np.testing.assert_array_equal(o, r)
+    assert conv["reasons"] == {"runtime:nonfinite_with_padding": 1}, conv
+
+
 def test_batch_norm_inference_becomes_fused_affine(tf):
     rng = np.random.default_rng(3)
     x = tf.constant(rng.standard_normal((2, 6, 6, 8)).astype(np.float32))

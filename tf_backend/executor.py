@@ -322,7 +322,8 @@ def execute(node, vals):
             return [buf]
         try:
             return run_kernel(node.kdef, node.shape_fn, arrays, node.attrs, node.out_specs)
-        except Unsupported:
+        except Unsupported as u:   # declined at run time for these values: counted, explained
+            ledger.fallback(node.op, f"runtime:{u}")
             return run_stock(node, vals)
     if kind == "stock":
         return run_stock(node, vals)

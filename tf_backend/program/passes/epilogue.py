@@ -2,7 +2,10 @@
 (bias, activation, batch-norm affine, residual add — after canonicalisation and elementwise
 fusion) become one node. The elementwise part runs in place on the GEMM/conv output buffer:
 no second allocation, no extra pass writing a new array."""
+import numpy as np
+
 from kernels.elementwise_table import TABLE
+from shape_fns import Unsupported
 
 from ... import executor
 from ..ir import Node
@@ -50,7 +53,14 @@ def _merge(m, n, k):
     n_m = len(m.inputs)
 
     def run_epilogue(arrays, out_specs, out=None):
-        buf = executor.run_kernel(m.kdef, m.shape_fn, arrays[:n_m], m.attrs, m.out_specs)[0]
+        try:
+            buf = executor.run_kernel(m.kdef, m.shape_fn, arrays[:n_m], m.attrs, m.out_specs)[0]
+        except Unsupported as u:   # the kernel declined these values (e.g. Inf with padding):
+            # the producer runs on TensorFlow's kernel, the epilogue on ours, on a copy of its result
+            executor.ledger.fallback(m.op, f"runtime:{u}")
+            t = executor.tfa.execute_stock(m.op, [executor.as_tensor(a) for a in arrays[:n_m]],
+                                           m.raw_attrs, 1)[0]
+            buf = np.array(executor.as_numpy(t))
         ins = list(arrays[n_m:])
         ins.insert(k, buf)
         if n.kind == "fused":
