@@ -272,6 +272,22 @@ def test_schedule_marks_only_programs_with_independent_heavy_nodes(tf):
     assert not p.parallel
 
 
+def test_schedule_keeps_blas_nodes_serial_on_small_machines(tf, monkeypatch):
+    """Two independent GEMMs: concurrent only where BLAS does not already use every core."""
+    from tf_backend.program.passes import schedule
+    a = tf.ones((256, 256))
+
+    def two_gemms(a):
+        return tf.matmul(a, a), tf.matmul(a * 2.0, a)
+
+    for serial in (True, False):
+        monkeypatch.setattr(schedule, "SERIAL_BLAS", serial)
+        p = _program(tf, two_gemms, a)
+        passes.optimize(p)
+        assert p.parallel is not serial
+        assert [n.heavy for n in p.nodes if n.op.startswith("MatMul")] == [not serial] * 2
+
+
 def test_batch_reads_one_call_for_inference_reads_only(tf):
     """Inference: every ReadVariableOp becomes one TensorFlow call; values follow assignments
     made between calls. A program that writes a variable keeps its reads in program order."""
