@@ -2,6 +2,7 @@
 our kernels by count and by time. Default run: the CI models; `-m slow`: the issue's seven."""
 import json
 
+import numpy as np
 import pytest
 
 from tf_backend import zoo, zoo_report
@@ -13,7 +14,8 @@ def _check(tf, name, mode):
     import keras
     cell = zoo_report.run_cell(tf, keras, name, mode, repeats=1)
     assert cell["status"] == "ok", cell["error"]
-    assert cell["match"], f"{name}/{mode}: {cell['mismatch']}"
+    assert zoo_report.matched(cell), f"{name}/{mode}: {cell['mismatch']}; " \
+        f"stock spread: {cell.get('stock_spread')}"
     fb = [(f["op"], f["calls"], f["reasons"]) for f in cell["fallbacks"]]
     assert cell["coverage_count"] >= MIN_COVERAGE, f"by count {cell['coverage_count']}: {fb}"
     assert cell["coverage_time"] >= MIN_COVERAGE, f"by time {cell['coverage_time']}: {fb}"
@@ -74,6 +76,42 @@ def test_coverage_counts_whole_function_fallbacks():
     assert cov["count"] == 0.5
     assert cov["time"] == pytest.approx(0.25)
     assert cov["ops"]["Tanh"]["reasons"] == {"whole_function:unbound_input:x": 1}
+
+
+def test_within_spread_judges_against_stocks_own_spread():
+    """A fit that misses the elementwise tolerance passes only within SPREAD_K x the distance
+    between stock's own executions (plus the tolerance's norm); NaN/Inf must agree."""
+    from tf_backend import numerics
+    ref = np.linspace(-1, 1, 100).astype(np.float32)
+    alt = ref + np.float32(0.01)                  # stock's other run: 0.1 apart in 2-norm
+    k = numerics.SPREAD_K
+    near = ref + np.float32(0.01 * (k - 0.5))
+    far = ref + np.float32(0.01 * (k + 0.5))
+    assert numerics.compare(near, ref, "reduction", 4096) is not None   # tolerance misses
+    assert numerics.within_spread(near, ref, [alt], "reduction", 4096)[0]
+    assert not numerics.within_spread(far, ref, [alt], "reduction", 4096)[0]
+    assert not numerics.within_spread(near, ref, [ref], "reduction", 4096)[0]   # no spread
+    assert numerics.within_spread(far, ref, [ref, alt, ref + 0.02], "reduction", 4096)[0]
+    bad = near.copy()
+    bad[3] = np.nan
+    assert not numerics.within_spread(bad, ref, [alt], "reduction", 4096)[0]
+
+
+def test_spread_verdicts_in_table():
+    cell = {"model": "m", "mode": "fit", "batch": 2, "steps": 2, "status": "ok", "match": False,
+            "mismatch": "fit_loss", "error_over_tolerance": 50.0, "coverage_count": 1.0,
+            "coverage_time": 1.0, "stock_s": 1.0, "ours_s": 2.0, "ratio": 2.0, "fallbacks": [],
+            "stock_spread": {"ok": True, "k": 4.0, "judged_values": 3,
+                             "worst": {"value": "fit_loss", "distance": 0.1, "bound": 0.2,
+                                       "ratio": 0.5},
+                             "alternatives": {"run_eagerly": {"error_over_tolerance": 30.0,
+                                                              "mismatch": "fit_loss"}}}}
+    assert zoo_report.matched(cell) == "spread" and zoo_report.passes(cell)
+    assert zoo_report.rows({"cells": [cell]})[0][3] == "spread (0.5 of spread bound)"
+    cell["stock_spread"]["ok"] = False
+    assert zoo_report.matched(cell) is None and not zoo_report.passes(cell)
+    cell["match"] = True
+    assert zoo_report.matched(cell) == "yes"
 
 
 def test_tfb_zoo_cli(tmp_path, capsys):

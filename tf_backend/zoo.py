@@ -61,16 +61,21 @@ def resnet_block(keras, size=8, channels=16, filters=8, classes=10):
     return keras.Model(x_in, out, name="resnet_block")
 
 
-def resnet50(keras):
-    return keras.applications.ResNet50(weights=None)
+def _image_shape(size):
+    return None if size is None else (size, size, 3)
 
 
-def mobilenetv2(keras):
-    return keras.applications.MobileNetV2(weights=None)
+def resnet50(keras, size=None):
+    """size: square input side (default 224, ImageNet's); Keras accepts >= 32."""
+    return keras.applications.ResNet50(weights=None, input_shape=_image_shape(size))
 
 
-def densenet121(keras):
-    return keras.applications.DenseNet121(weights=None)
+def mobilenetv2(keras, size=None):
+    return keras.applications.MobileNetV2(weights=None, input_shape=_image_shape(size))
+
+
+def densenet121(keras, size=None):
+    return keras.applications.DenseNet121(weights=None, input_shape=_image_shape(size))
 
 
 def transformer(keras, seq=128, d_model=256, heads=4, ff=1024, classes=10):
@@ -96,11 +101,12 @@ BUILDERS = {"mlp": mlp, "small_mlp": small_mlp, "small_cnn": small_cnn, "cnn": c
             "densenet121": densenet121, "transformer": transformer, "lstm": lstm}
 
 
-def build(name, keras, seed=0):
+def build(name, keras, seed=0, **options):
+    """options go to the builder (e.g. size=64 for the image models)."""
     if name not in BUILDERS:
         raise KeyError(f"unknown bundled model {name!r}; choose from {', '.join(BUILDERS)}")
     keras.utils.set_random_seed(seed)
-    return BUILDERS[name](keras)
+    return BUILDERS[name](keras, **options)
 
 
 def sample_batch(model, batch, seed=0, classes=None):
