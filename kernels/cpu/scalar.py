@@ -346,14 +346,20 @@ _EX_P5, _EX_P6 = _f32(8.36894474923610687255859375e-3), _f32(1.37449637986719608
 
 
 @_jit
+def _ln2_reduce(x):
+    """x = m ln 2 + r with m = floor(x log2 e + 1/2), ln 2 subtracted in Cephes' two parts."""
+    m = np.floor(x * _EX_LOG2E + _FHALF)
+    r = m * _EX_C1 + x
+    return m, m * _EX_C2 + r
+
+
+@_jit
 def exp32(a):
     """Eigen's pexp_float (m = floor(x log2 e + 1/2), Cody-Waite reduction, degree-6 polynomial),
     scaled by 2**m in two exact steps; subnormal results flush to zero as in TensorFlow."""
     x = a if a < _EX_HI else _EX_HI
     x = a if a != a else x
-    m = np.floor(x * _EX_LOG2E + _FHALF)
-    r = m * _EX_C1 + x
-    r = m * _EX_C2 + r
+    m, r = _ln2_reduce(x)
     r2 = r * r
     pe = r2 * _EX_P6 + _EX_P4
     po = r2 * _EX_P5 + _EX_P3
@@ -377,10 +383,7 @@ _SG_P4, _SG_P5 = _f32(4.1898667812347412109375e-2), _f32(8.334713056683540344238
 def sigmoid32(a):
     """Eigen's scalar_logistic_op<float> packet path: exp(x/2) by a degree-5 polynomial, squared."""
     x = _SG_HI if a > _SG_HI else a
-    x = x * _FHALF
-    m = np.floor(x * _EX_LOG2E + _FHALF)
-    r = m * _EX_C1 + x
-    r = m * _EX_C2 + r
+    m, r = _ln2_reduce(x * _FHALF)
     r2 = r * r
     pe = r2 * _SG_P4 + _SG_P2
     po = r2 * _SG_P5 + _SG_P3
