@@ -435,8 +435,10 @@ def test_topological_order_keeps_graph_order_and_refuses_cycles(tf):
 
 
 def test_mirrored_strategy_two_cpus_matches_stock_and_never_hangs():
-    """Collectives only work in TF's graph executor: such functions run whole on TensorFlow,
-    replica calls placed on CPU:1 too; results equal stock."""
+    """MirroredStrategy over two logical CPU devices: fit (8 steps), evaluate and predict give
+    stock's losses, weights and predictions. The train function holds CollectiveReduceV2, which
+    only works in TF's graph executor: it runs whole on TensorFlow (ledger reason
+    collective:...); evaluate and predict (ops on CPU:0 and CPU:1) run as our programs."""
     import subprocess
     import sys
     code = """
@@ -446,25 +448,41 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 def train():
     keras.utils.set_random_seed(0)
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    assert strategy.num_replicas_in_sync == 2
     with strategy.scope():
         m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
                               keras.layers.Dense(2)])
         m.compile(optimizer=keras.optimizers.SGD(0.1),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    w0 = [np.asarray(w) for w in m.weights]
     rng = np.random.default_rng(0)
     x = rng.standard_normal((32, 8)).astype(np.float32)
     y = rng.integers(0, 2, 32).astype(np.int32)
     h = m.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
-    return h.history["loss"], [np.asarray(w) for w in m.weights]
+    ev = m.evaluate(x, y, batch_size=8, verbose=0)
+    pred = m.predict(x, batch_size=8, verbose=0)
+    ws = [np.asarray(w) for w in m.weights]
+    assert any(not np.array_equal(a, b) for a, b in zip(ws, w0))   # it trained
+    return h.history["loss"], ev, pred, ws
 ref = train()
 tf_backend.enable()
+tf_backend.reset_stats()
 ours = train()
 st = tf_backend.stats()
+tf_backend.disable()
 np.testing.assert_allclose(ours[0], ref[0], rtol=1e-5)
-for a, b in zip(ours[1], ref[1]):
+np.testing.assert_allclose(ours[1], ref[1], rtol=1e-5)
+np.testing.assert_allclose(ours[2], ref[2], rtol=1e-5, atol=1e-6)
+for a, b in zip(ours[3], ref[3]):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-reasons = {f.get("reason") for f in st["functions"].values()}
-print("OK", sorted(r for r in reasons if r))
+fns = st["functions"].values()
+whole = sorted({f["reason"] for f in fns if not f.get("compiled")})
+assert whole and all(r.startswith("collective:") for r in whole), whole
+compiled = [f for f in fns if f.get("compiled") and f["calls"] > 0]
+assert len(compiled) >= 2, st["functions"]
+assert sum(f["kernel_nodes"].get("MatMul", 0) for f in compiled) >= 4, compiled
+assert st["ops"]["MatMul"]["backend"] >= 16, st["ops"].get("MatMul")
+print("OK", whole)
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=400,
                        env=dict(__import__("os").environ, TF_CPP_MIN_LOG_LEVEL="2"))
