@@ -438,16 +438,28 @@ def _shape_list(s):
 _stock = {}
 
 
+def _stock_state():
+    """(context handle, TFE_Py_Execute, core, context, context module) for the current eager
+    context. Tests may replace the context (`context._reset_context()`, e.g. Keras' nn_test before
+    setting logical devices): ops run through an old handle act on the old context (a variable
+    assigned there read back empty), and reader functions registered there are unknown to the
+    new one, so both are renewed when the context changes."""
+    from tensorflow.python import pywrap_tfe
+    from tensorflow.python.eager import context, core
+    c = context.context()
+    c.ensure_initialized()
+    with _readers_lock:
+        _readers.clear()
+    st = _stock["ctx"] = (c._handle, pywrap_tfe.TFE_Py_Execute, core, c, context)
+    return st
+
+
 def execute_stock(op_type, inputs, flat_attrs, num_outputs):
     """Run one op on TensorFlow's own kernel (bypassing our hooks); inputs are EagerTensors."""
     st = _stock.get("ctx")
-    if st is None:
-        from tensorflow.python import pywrap_tfe
-        from tensorflow.python.eager import core
-        c = ctx()
-        c.ensure_initialized()
-        st = _stock["ctx"] = (c._handle, pywrap_tfe.TFE_Py_Execute, core)
-    handle, orig, core = st
+    if st is None or st[4]._context is not st[3]:
+        st = _stock_state()
+    handle, orig, core = st[0], st[1], st[2]
     fn = _installed[2] if _installed is not None else orig
     try:
         return fn(handle, None, op_type, inputs, flat_attrs, num_outputs)
@@ -464,6 +476,9 @@ def read_variables(handles, dtype_enums):
     ReadVariableOps (one per handle), registered once per dtype tuple and run as an op, so the
     call costs one TFE_Py_Execute instead of one per variable. Bypasses our hooks."""
     key = tuple(dtype_enums)
+    st = _stock.get("ctx")
+    if st is None or st[4]._context is not st[3]:
+        _stock_state()   # a new context: register the readers there
     name = _readers.get(key)
     if name is None:
         with _readers_lock:
