@@ -37,9 +37,11 @@ PARALLEL = (os.cpu_count() or 1) >= 8
 
 
 def fusable(op, dtype):
-    """Can `op` on `dtype` join a fused loop? (float, same-dtype output, no error checks)."""
+    """Can `op` on `dtype` join a fused loop? (float32/float64, same-dtype output, no error
+    checks; float16/bfloat16 ops stay unfused: their kernels round per op from float32)."""
     e = TABLE.get(op)
-    if e is None or e.out != "same" or e.arity not in (1, 2) or np.dtype(dtype).kind != "f":
+    dt = np.dtype(dtype)
+    if e is None or e.out != "same" or e.arity not in (1, 2) or dt.kind != "f" or dt.itemsize < 4:
         return False
     if getattr(e, "check", None):
         return False

@@ -10,7 +10,10 @@ _j = njit(cache=True, nogil=True)
 _jp = njit(cache=True, nogil=True, parallel=True)
 
 # --- Cast ----------------------------------------------------------------------------------
-CAST_DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "int64", "float32", "float64")
+CAST_DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "int64", "float32", "float64",
+               "float16", "bfloat16")
+_HALF = ("float16", "bfloat16")
+_TINY32 = np.float32(1.1754943508222875e-38)
 _INT_RANGE = {np.dtype(np.int32): 2.0 ** 31, np.dtype(np.int64): 2.0 ** 63}
 
 
@@ -24,10 +27,54 @@ def _f2i(x, out, lim, imin):
 _f2i_s, _f2i_p = _j(_f2i), _jp(_f2i)
 
 
+def _widen(x):
+    """A float16/bfloat16 array as float32 (exact; bfloat16 subnormals kept, as TF's shift)."""
+    if x.dtype == np.float16:
+        return x.astype(np.float32)
+    return (x.view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def _flush(f):
+    return np.where(np.abs(f) < _TINY32, np.copysign(np.float32(0), f), f)
+
+
+def _cast_half(x, out, src, dst):
+    """Casts from or to float16/bfloat16 as Eigen's half types convert: everything goes through
+    float32 (float64 and int64 sources round twice, as in TensorFlow)."""
+    if src.name in _HALF:
+        if dst == np.bool_:     # any nonzero bit pattern is true: NaN and subnormals too
+            np.not_equal(x.view(np.uint16) & np.uint16(0x7FFF), 0, out=out)
+            return
+        f = _widen(x)
+        if dst == np.float64 and src.name == "bfloat16":
+            f = _flush(f)   # DAZ on the way to double
+        if dst.kind in "iu":
+            lim = _INT_RANGE.get(dst)
+            if lim is None:   # TF saturates some elements and wraps others (packet vs scalar)
+                raise Unsupported(f"cast:{src.name}->{dst.name}")
+            if out.size:      # truncation; NaN and out of range give INT_MIN
+                (_f2i_p if out.size >= PARALLEL_MIN else _f2i_s)(
+                    f.reshape(-1), out.reshape(-1), lim, -int(lim))
+            return
+        x = f
+    elif x.dtype != np.float32:
+        with np.errstate(all="ignore"):
+            x = x.astype(np.float32)
+        if src == np.float64:
+            x = _flush(x)   # the double -> float conversion flushes subnormals (FTZ)
+    with np.errstate(all="ignore"):
+        np.copyto(out, x, casting="unsafe")
+
+
 @kernel("Cast", dtypes=CAST_DTYPES, type_attr=("SrcT", "DstT"))
 def cast(inputs, outputs, attrs):
     x, out = inputs[0], outputs[0]
     src, dst = x.dtype, out.dtype
+    if src.name in _HALF or dst.name in _HALF:
+        if attrs.get("Truncate") and src != dst:
+            raise Unsupported("cast:Truncate with a half type")
+        _cast_half(x, out, src, dst)
+        return
     if src.kind == "f" and dst.kind in "iu":
         lim = _INT_RANGE.get(dst)
         if lim is None:  # float->small int is compiler-defined in TensorFlow; leave it there
@@ -49,7 +96,8 @@ def cast(inputs, outputs, attrs):
 
 
 # --- AddN ----------------------------------------------------------------------------------
-@kernel("AddN", dtypes=("float32", "float64", "int32", "int64"))
+# numpy's float16 and ml_dtypes' bfloat16 additions round each sum from float32, as Eigen does.
+@kernel("AddN", dtypes=("float32", "float64", "int32", "int64", "float16", "bfloat16"))
 def add_n(inputs, outputs, attrs):
     out = outputs[0]
     if len(inputs) == 1:
@@ -68,13 +116,15 @@ def _select(c, t, e, out, sc, st, se):
 
 
 _select_s, _select_p = _j(_select), _jp(_select)
-_SELECT_DTYPES = ("float32", "float64", "int32", "int64", "bool")
+_SELECT_DTYPES = ("float32", "float64", "int32", "int64", "bool", "float16", "bfloat16")
 
 
 def _run_select(c, t, e, out):
     n = out.size
     if n == 0:
         return
+    if out.dtype.name in _HALF:   # numba has no half types: move the 16-bit patterns
+        t, e, out = t.view(np.uint16), e.view(np.uint16), out.view(np.uint16)
     if all(a.size == n or a.size == 1 for a in (c, t, e)):
         (_select_p if n >= PARALLEL_MIN else _select_s)(
             c.reshape(-1), t.reshape(-1), e.reshape(-1), out.reshape(-1),

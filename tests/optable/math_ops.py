@@ -7,10 +7,15 @@ from . import arr as _arr
 
 R = tf.raw_ops
 F = ("float32", "float64")
+H = ("float16", "bfloat16")   # stored in 16 bits, computed in float32 as TensorFlow's Eigen does
 I = ("int32", "int64")
 FI = F + I
+FH = F + H
+FHI = FH + I
 IF = I + F          # ints first: error samples (integer division by zero) use the first dtype
+IFH = IF + H
 FIB = FI + ("bool",)
+FHIB = FHI + ("bool",)
 BIG = 100_000       # samples this large run the parallel loops; only a few cases use them
 
 
@@ -23,7 +28,7 @@ def _small(shapes):
 
 def edges(dt):
     dt = np.dtype(dt)
-    if dt.kind == "f":
+    if dt.kind == "f" or dt.name == "bfloat16":   # ml_dtypes' bfloat16 has kind "V"
         return special_floats(dt)
     if dt.kind == "b":
         return np.array([True, False])
@@ -86,13 +91,27 @@ def _div_errors(dt):
                               (np.array([[4], [5]], dt), np.array([0, 1], dt))]
 
 
-def un(name, fn, dtypes=F, samples=None, grad=True, op=None, **kw):
-    return OpCase(name, op or name, fn, samples or unary(), dtypes=dtypes,
+def _bf16_no_scalars(samples, always=False):
+    """0-d bfloat16 tensors cannot be read back here (np.asarray of one fails: TensorFlow's
+    __array__ returns an ml_dtypes scalar, which numpy 2 refuses), so they become shape (1,).
+    always: for ops whose output is bfloat16 whatever the input dtype."""
+    def wrapped(dt, rng):
+        out = samples(dt, rng)
+        if np.dtype(dt).name != "bfloat16" and not always:
+            return out
+        return [tuple(a.reshape(1) if isinstance(a, np.ndarray) and a.ndim == 0 and (
+            always or a.dtype.name == "bfloat16") else a for a in s) for s in out]
+    return wrapped
+
+
+def un(name, fn, dtypes=FH, samples=None, grad=True, op=None, **kw):
+    return OpCase(name, op or name, fn, _bf16_no_scalars(samples or unary()), dtypes=dtypes,
                   grad=grad and any(np.dtype(d).kind == "f" for d in dtypes), **kw)
 
 
-def bi(name, fn, dtypes=FI, samples=None, grad=True, op=None, errors=_bad_shapes, **kw):
-    return OpCase(name, op or name, fn, samples or binary(), dtypes=dtypes, errors=errors,
+def bi(name, fn, dtypes=FHI, samples=None, grad=True, op=None, errors=_bad_shapes, **kw):
+    return OpCase(name, op or name, fn, _bf16_no_scalars(samples or binary()), dtypes=dtypes,
+                  errors=errors,
                   grad=grad and any(np.dtype(d).kind == "f" for d in dtypes), **kw)
 
 
@@ -122,7 +141,7 @@ def _grad_errors(dt):
     return [(arr(rng, (3,), dt), arr(rng, (2,), dt))]
 
 
-_CMP = dict(dtypes=FI, grad=False)
+_CMP = dict(dtypes=FHI, grad=False)
 _LOGIC = dict(dtypes=("bool",), grad=False)
 
 CASES = [
@@ -131,33 +150,34 @@ CASES = [
     bi("Add", lambda x, y: R.Add(x=x, y=y)),
     bi("Sub", lambda x, y: R.Sub(x=x, y=y)),
     bi("Mul", lambda x, y: R.Mul(x=x, y=y), samples=binary(big=True), grad_ops=("Mul",)),
-    bi("MulNoNan", lambda x, y: R.MulNoNan(x=x, y=y), dtypes=F),
-    bi("RealDiv", lambda x, y: R.RealDiv(x=x, y=y), dtypes=F, grad_ops=("RealDiv", "Neg")),
-    bi("Div", lambda x, y: R.Div(x=x, y=y), dtypes=IF, samples=binary(y_ok=_ints_nonzero),
+    bi("MulNoNan", lambda x, y: R.MulNoNan(x=x, y=y), dtypes=FH),
+    bi("RealDiv", lambda x, y: R.RealDiv(x=x, y=y), dtypes=FH, grad_ops=("RealDiv", "Neg")),
+    bi("Div", lambda x, y: R.Div(x=x, y=y), dtypes=IFH, samples=binary(y_ok=_ints_nonzero),
        errors=_div_errors),
-    bi("DivNoNan", lambda x, y: R.DivNoNan(x=x, y=y), dtypes=F, grad_ops=("DivNoNan",)),
-    bi("FloorDiv", lambda x, y: R.FloorDiv(x=x, y=y), dtypes=IF, grad=False,
+    bi("DivNoNan", lambda x, y: R.DivNoNan(x=x, y=y), dtypes=FH, grad_ops=("DivNoNan",)),
+    bi("FloorDiv", lambda x, y: R.FloorDiv(x=x, y=y), dtypes=IFH, grad=False,
        samples=binary(-9, 9, y_ok=_ints_nonzero), errors=_div_errors),
-    bi("FloorMod", lambda x, y: R.FloorMod(x=x, y=y), dtypes=IF,
+    bi("FloorMod", lambda x, y: R.FloorMod(x=x, y=y), dtypes=IFH,
        samples=binary(-9, 9, y_ok=_ints_nonzero), errors=_div_errors),
-    bi("TruncateDiv", lambda x, y: R.TruncateDiv(x=x, y=y), dtypes=IF, grad=False,
+    bi("TruncateDiv", lambda x, y: R.TruncateDiv(x=x, y=y), dtypes=IFH, grad=False,
        samples=binary(-9, 9, y_ok=_ints_nonzero), errors=_div_errors),
-    bi("TruncateMod", lambda x, y: R.TruncateMod(x=x, y=y), dtypes=IF, grad=False,
+    bi("TruncateMod", lambda x, y: R.TruncateMod(x=x, y=y), dtypes=IF,  # TF: no half kernel
+       grad=False,
        samples=binary(-9, 9, y_ok=_ints_nonzero), errors=_div_errors),
     bi("Maximum", lambda x, y: R.Maximum(x=x, y=y), grad_ops=("GreaterEqual", "SelectV2")),
     bi("Minimum", lambda x, y: R.Minimum(x=x, y=y), grad_ops=("LessEqual", "SelectV2")),
-    bi("PowFloat", lambda x, y: R.Pow(x=x, y=y), op="Pow", dtypes=F, samples=binary(0.1, 4, -3, 3),
+    bi("PowFloat", lambda x, y: R.Pow(x=x, y=y), op="Pow", dtypes=FH, samples=binary(0.1, 4, -3, 3),
        grad_ops=("Pow", "Greater")),
     bi("PowInt", lambda x, y: R.Pow(x=x, y=y), op="Pow", dtypes=I,
        samples=binary(-5, 5, 0, 9, y_ok=_ints_nonneg),
        errors=lambda dt: _bad_shapes(dt) + [(np.array([2, 0], dt), np.array([3, -1], dt))]),
     bi("SquaredDifference", lambda x, y: R.SquaredDifference(x=x, y=y)),
-    bi("Xdivy", lambda x, y: R.Xdivy(x=x, y=y), dtypes=F, grad=False),
-    bi("Xlogy", lambda x, y: R.Xlogy(x=x, y=y), dtypes=F, samples=binary(-1, 3, 0.1, 4),
+    bi("Xdivy", lambda x, y: R.Xdivy(x=x, y=y), dtypes=FH, grad=False),
+    bi("Xlogy", lambda x, y: R.Xlogy(x=x, y=y), dtypes=FH, samples=binary(-1, 3, 0.1, 4),
        grad_ops=("Xlogy", "Xdivy")),
-    bi("Xlog1py", lambda x, y: R.Xlog1py(x=x, y=y), dtypes=F, samples=binary(-1, 3, 0.1, 4),
+    bi("Xlog1py", lambda x, y: R.Xlog1py(x=x, y=y), dtypes=FH, samples=binary(-1, 3, 0.1, 4),
        grad=False),
-    bi("Atan2", lambda x, y: R.Atan2(y=x, x=y), dtypes=F),
+    bi("Atan2", lambda x, y: R.Atan2(y=x, x=y), dtypes=FH),
     bi("BitwiseAnd", lambda x, y: R.BitwiseAnd(x=x, y=y), dtypes=I),
     bi("BitwiseOr", lambda x, y: R.BitwiseOr(x=x, y=y), dtypes=I),
     bi("BitwiseXor", lambda x, y: R.BitwiseXor(x=x, y=y), dtypes=I),
@@ -166,14 +186,14 @@ CASES = [
     bi("LessEqual", lambda x, y: R.LessEqual(x=x, y=y), **_CMP),
     bi("Greater", lambda x, y: R.Greater(x=x, y=y), **_CMP),
     bi("GreaterEqual", lambda x, y: R.GreaterEqual(x=x, y=y), **_CMP),
-    bi("Equal", lambda x, y: R.Equal(x=x, y=y), dtypes=FIB, grad=False,
+    bi("Equal", lambda x, y: R.Equal(x=x, y=y), dtypes=FHIB, grad=False,
        samples=binary(big=True)),
-    bi("NotEqual", lambda x, y: R.NotEqual(x=x, y=y), dtypes=FIB, grad=False),
+    bi("NotEqual", lambda x, y: R.NotEqual(x=x, y=y), dtypes=FHIB, grad=False),
     bi("EqualNoShapeError", lambda x, y: R.Equal(x=x, y=y, incompatible_shape_error=False),
-       op="Equal", dtypes=FIB, grad=False, errors=None,
+       op="Equal", dtypes=FHIB, grad=False, errors=None,
        samples=lambda dt, rng: binary()(dt, rng) + _bad_shapes(dt)),
     bi("NotEqualNoShapeError", lambda x, y: R.NotEqual(x=x, y=y, incompatible_shape_error=False),
-       op="NotEqual", dtypes=FIB, grad=False, errors=None,
+       op="NotEqual", dtypes=FHIB, grad=False, errors=None,
        samples=lambda dt, rng: binary()(dt, rng) + _bad_shapes(dt)[:1] + [
            (np.zeros((0,), dt), np.zeros((2,), dt))]),
     bi("LogicalAnd", lambda x, y: R.LogicalAnd(x=x, y=y), **_LOGIC),
@@ -181,7 +201,7 @@ CASES = [
     un("LogicalNot", lambda x: R.LogicalNot(x=x), **_LOGIC),
     # --- unary --------------------------------------------------------------------------------------
     un("Neg", lambda x: R.Neg(x=x), dtypes=FI),
-    un("Abs", lambda x: R.Abs(x=x), dtypes=FI, grad_ops=("Sign",)),
+    un("Abs", lambda x: R.Abs(x=x), dtypes=FHI, grad_ops=("Sign",)),
     un("Sign", lambda x: R.Sign(x=x), dtypes=FI),
     un("Square", lambda x: R.Square(x=x), dtypes=FI),
     un("Reciprocal", lambda x: R.Reciprocal(x=x), grad_ops=("ReciprocalGrad",)),
@@ -210,14 +230,14 @@ CASES = [
     un("Ceil", lambda x: R.Ceil(x=x), samples=unary(-9, 9)),
     un("Round", lambda x: R.Round(x=x), samples=lambda dt, rng: unary(-9, 9)(dt, rng) + [
         (np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, 4503599627370497.0], dt),)]),
-    un("Rint", lambda x: R.Rint(x=x), samples=unary(-9, 9)),
+    un("Rint", lambda x: R.Rint(x=x), dtypes=F, samples=unary(-9, 9)),  # TF: no half kernel
     un("IsNan", lambda x: R.IsNan(x=x), grad=False),
     un("IsInf", lambda x: R.IsInf(x=x), grad=False),
     un("IsFinite", lambda x: R.IsFinite(x=x), grad=False),
     un("Invert", lambda x: R.Invert(x=x), dtypes=I),
     # --- activations ----------------------------------------------------------------------------------
-    un("Relu", lambda x: tf.nn.relu(x), dtypes=FI, samples=unary(big=True), grad_ops=("ReluGrad",)),
-    un("Relu6", lambda x: tf.nn.relu6(x), dtypes=FI, samples=unary(-3, 9), grad_ops=("Relu6Grad",)),
+    un("Relu", lambda x: tf.nn.relu(x), dtypes=FHI, samples=unary(big=True), grad_ops=("ReluGrad",)),
+    un("Relu6", lambda x: tf.nn.relu6(x), dtypes=FHI, samples=unary(-3, 9), grad_ops=("Relu6Grad",)),
     un("Elu", lambda x: tf.nn.elu(x), grad_ops=("EluGrad",)),
     un("Selu", lambda x: tf.nn.selu(x), grad_ops=("SeluGrad",)),
     un("LeakyRelu", lambda x: tf.nn.leaky_relu(x), grad_ops=("LeakyReluGrad",)),
@@ -228,31 +248,31 @@ CASES = [
     un("Sigmoid", lambda x: tf.sigmoid(x), samples=unary(-40, 40, big=True),
        grad_ops=("SigmoidGrad",)),
     # --- activation gradients ---------------------------------------------------------------------------
-    bi("ReluGrad", lambda g, x: R.ReluGrad(gradients=g, features=x), dtypes=FI,
+    bi("ReluGrad", lambda g, x: R.ReluGrad(gradients=g, features=x), dtypes=FHI,
        samples=_grad_pair(), errors=_grad_errors),
-    bi("Relu6Grad", lambda g, x: R.Relu6Grad(gradients=g, features=x), dtypes=FI,
+    bi("Relu6Grad", lambda g, x: R.Relu6Grad(gradients=g, features=x), dtypes=FHI,
        samples=_grad_pair(-3, 9), errors=_grad_errors),
-    bi("EluGrad", lambda g, y: R.EluGrad(gradients=g, outputs=y), dtypes=F,
+    bi("EluGrad", lambda g, y: R.EluGrad(gradients=g, outputs=y), dtypes=FH,
        samples=_grad_pair(-1, 3), errors=_grad_errors),
-    bi("SeluGrad", lambda g, y: R.SeluGrad(gradients=g, outputs=y), dtypes=F,
+    bi("SeluGrad", lambda g, y: R.SeluGrad(gradients=g, outputs=y), dtypes=FH,
        samples=_grad_pair(-1.7, 3), errors=_grad_errors),
     bi("LeakyReluGrad", lambda g, x: R.LeakyReluGrad(gradients=g, features=x, alpha=0.3),
-       dtypes=F, samples=_grad_pair(), errors=_grad_errors),
-    bi("SoftplusGrad", lambda g, x: R.SoftplusGrad(gradients=g, features=x), dtypes=F,
+       dtypes=FH, samples=_grad_pair(), errors=_grad_errors),
+    bi("SoftplusGrad", lambda g, x: R.SoftplusGrad(gradients=g, features=x), dtypes=FH,
        samples=_grad_pair(-20, 20), errors=_grad_errors, grad=False),
-    bi("SoftsignGrad", lambda g, x: R.SoftsignGrad(gradients=g, features=x), dtypes=F,
+    bi("SoftsignGrad", lambda g, x: R.SoftsignGrad(gradients=g, features=x), dtypes=FH,
        samples=_grad_pair(), errors=_grad_errors, grad=False),  # TF has no gradient for it
-    bi("SigmoidGrad", lambda y, dy: R.SigmoidGrad(y=y, dy=dy), dtypes=F,
+    bi("SigmoidGrad", lambda y, dy: R.SigmoidGrad(y=y, dy=dy), dtypes=FH,
        samples=_grad_pair(0, 1), errors=_grad_errors),
-    bi("TanhGrad", lambda y, dy: R.TanhGrad(y=y, dy=dy), dtypes=F,
+    bi("TanhGrad", lambda y, dy: R.TanhGrad(y=y, dy=dy), dtypes=FH,
        samples=_grad_pair(-1, 1), errors=_grad_errors),
-    bi("SqrtGrad", lambda y, dy: R.SqrtGrad(y=y, dy=dy), dtypes=F,
+    bi("SqrtGrad", lambda y, dy: R.SqrtGrad(y=y, dy=dy), dtypes=FH,
        samples=_grad_pair(positive_y=True), errors=_grad_errors),
-    bi("RsqrtGrad", lambda y, dy: R.RsqrtGrad(y=y, dy=dy), dtypes=F,
+    bi("RsqrtGrad", lambda y, dy: R.RsqrtGrad(y=y, dy=dy), dtypes=FH,
        samples=_grad_pair(positive_y=True), errors=_grad_errors),
-    bi("ReciprocalGrad", lambda y, dy: R.ReciprocalGrad(y=y, dy=dy), dtypes=F,
+    bi("ReciprocalGrad", lambda y, dy: R.ReciprocalGrad(y=y, dy=dy), dtypes=FH,
        samples=_grad_pair(), errors=_grad_errors),
-    bi("InvGrad", lambda y, dy: R.InvGrad(y=y, dy=dy), dtypes=F,
+    bi("InvGrad", lambda y, dy: R.InvGrad(y=y, dy=dy), dtypes=FH,
        samples=_grad_pair(), errors=_grad_errors, grad=False),
 ]
 
@@ -264,7 +284,7 @@ _CAST_FLOATS = [3e9, -3e9, 1e20, -1e20, 2147483647.0, 2147483648.0, -2147483648.
 
 def _cast_samples(dt, rng):
     out = [(arr(rng, s, dt, -300, 300),) for s in _small(elementwise_shapes())] + [(edges(dt),)]
-    if dt.kind == "f":
+    if dt.kind == "f" or dt.name == "bfloat16":
         out.append((np.array(_CAST_FLOATS, np.float64).astype(dt),))
     if dt.kind in "iu":
         out.append((np.array([2 ** 24 + 1, 2 ** 24 + 3, -(2 ** 24 + 1), 2 ** 31 - 65],
@@ -278,8 +298,32 @@ def _cast(dst, truncate=False):
     return lambda x: R.Cast(x=x, DstT=dst, Truncate=truncate)
 
 
-_CAST_SRC = FIB
+_CAST_SRC = FHIB
+
+
+def _double_rounding(dt, rng):
+    """Values that round differently straight to a half type and through float32 (TensorFlow
+    goes through float32), plus float32 subnormals (kept by float32 -> bfloat16, flushed by
+    float64 -> float32)."""
+    out = _cast_samples(dt, rng)
+    if dt == np.float64:
+        out.append((np.array([1 + 2 ** -11 + 2 ** -40, 1 + 2 ** -8 + 2 ** -40, -(1 + 2 ** -11 + 2 ** -40),
+                              65519.99, 1e-39, -1e-40], dt),))
+    if dt == np.float32:
+        out.append((np.array([1e-39, -1e-40, 65520.0, 65519.996, 3.3895e38, np.float32(1 + 2 ** -8)], dt),))
+    if dt == np.int64:
+        out.append((np.array([2 ** 24 + 2 ** 16 + 1, (1 << 40) + (1 << 32) + 1, 2049, 65520], dt),))
+    return out
+
+
 CASES += [
+    un("CastToFloat16", _cast(tf.float16), op="Cast", dtypes=_CAST_SRC + ("uint8", "int16"),
+       samples=_double_rounding),
+    un("CastToBfloat16", _cast(tf.bfloat16), op="Cast", dtypes=_CAST_SRC + ("uint8", "int16"),
+       samples=_bf16_no_scalars(_double_rounding, always=True),
+       # tests/test_gradients weights a bfloat16 output with numpy values that promote to
+       # float32 (ml_dtypes + Python float), so stock TensorFlow itself fails the loss there.
+       grad=False),
     un("CastToFloat32", _cast(tf.float32), op="Cast", dtypes=_CAST_SRC, samples=_cast_samples),
     un("CastToFloat64", _cast(tf.float64), op="Cast", dtypes=_CAST_SRC, samples=_cast_samples),
     un("CastToInt32", _cast(tf.int32), op="Cast", dtypes=_CAST_SRC, samples=_cast_samples,
@@ -330,12 +374,12 @@ def _select_errors(v2):
 
 
 CASES += [
-    OpCase("AddN", "AddN", lambda *xs: R.AddN(inputs=list(xs)), _add_n_samples, dtypes=FI,
-           grad=True, errors=lambda dt: [(np.zeros((), dt), np.zeros((2,), dt))]),
+    OpCase("AddN", "AddN", lambda *xs: R.AddN(inputs=list(xs)), _bf16_no_scalars(_add_n_samples),
+           dtypes=FHI, grad=True, errors=lambda dt: [(np.zeros((), dt), np.zeros((2,), dt))]),
     OpCase("SelectV2", "SelectV2", lambda c, t, e: R.SelectV2(condition=c, t=t, e=e),
-           _select_samples(True), dtypes=FIB, grad=True, grad_args=(1, 2),
+           _bf16_no_scalars(_select_samples(True)), dtypes=FHIB, grad=True, grad_args=(1, 2),
            grad_ops=("SelectV2",), errors=_select_errors(True)),
     OpCase("Select", "Select", lambda c, t, e: R.Select(condition=c, x=t, y=e),
-           _select_samples(False), dtypes=FIB, grad=True, grad_args=(1, 2),
+           _bf16_no_scalars(_select_samples(False)), dtypes=FHIB, grad=True, grad_args=(1, 2),
            errors=_select_errors(False)),
 ]

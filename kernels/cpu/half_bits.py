@@ -1,0 +1,95 @@
+"""float16/bfloat16 <-> float32 conversions on 16-bit patterns, for numba kernels (CPU).
+
+numba has no float16 or bfloat16 arrays: half-precision kernels take their arrays viewed as
+uint16, widen each element to float32, compute in float32 and round once on store, as
+TensorFlow's Eigen half and bfloat16 types do for every operation.
+float16 uses LLVM's half conversions (F16C on x86: exact widening, round-to-nearest-even
+narrowing, NaN kept NaN). bfloat16 is the top half of a float32: widening is a shift, narrowing
+rounds the low 16 bits to nearest even (as Eigen's float_to_bfloat16_rtne), NaN stays a quiet NaN.
+"""
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+_jit = njit(cache=True, nogil=True, inline="always", error_model="numpy")
+
+
+@intrinsic
+def h2f(typingctx, b):
+    """float16 bits -> float32."""
+    def codegen(context, builder, sig, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+    return types.float32(types.uint16), codegen
+
+
+@intrinsic
+def _f2h(typingctx, x):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+    return types.uint16(types.float32), codegen
+
+
+@intrinsic
+def _u32_f32(typingctx, u):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.uint32), codegen
+
+
+@intrinsic
+def _f32_u32(typingctx, x):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.uint32(types.float32), codegen
+
+
+@_jit
+def f2h(x):
+    """float32 (or any float) -> float16 bits, rounded to nearest even."""
+    return _f2h(np.float32(x))
+
+
+@_jit
+def bf2f(b):
+    """bfloat16 bits -> float32."""
+    return _u32_f32(np.uint32(b) << np.uint32(16))
+
+
+@_jit
+def f2bf(x):
+    """float32 (or any float) -> bfloat16 bits, rounded to nearest even; NaN -> quiet NaN."""
+    x = np.float32(x)
+    u = _f32_u32(x)
+    if x != x:
+        return np.uint16((u >> np.uint32(16)) | np.uint32(0x40))
+    u += np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))
+    return np.uint16(u >> np.uint32(16))
+
+
+HALF = {"float16": (h2f, f2h), "bfloat16": (bf2f, f2bf)}
+
+
+def bits(a):
+    """A uint16 view of a float16/bfloat16 array (other arrays unchanged)."""
+    return a.view(np.uint16) if a.dtype.itemsize == 2 and a.dtype.kind in "fV" else a
+
+
+@_jit
+def rnd_h(x):
+    """x (float32) rounded to float16 and back: one intermediate step of a float16 functor."""
+    return h2f(f2h(ftz32(x)))
+
+
+@_jit
+def rnd_bf(x):
+    """x (float32) rounded to bfloat16 and back (subnormal float32 first flushed, as TF's FTZ)."""
+    return bf2f(f2bf(ftz32(x)))
+
+
+@_jit
+def ftz32(x):
+    x = np.float32(x)
+    if abs(x) < np.float32(1.1754943508222875e-38):
+        return x * np.float32(0)
+    return x

@@ -1,0 +1,72 @@
+"""float16/bfloat16 programs: chains of half ops stay unfused and round after every op, as stock.
+
+TensorFlow evaluates each half op in float32 and stores the result in 16 bits, so a chain of
+ops rounds once per op. A fused loop that kept float32 intermediates would round once per
+chain: `x * x - 1` at x = 1 + 3 * 2**-m (m mantissa bits) is 6 * 2**-m rounded per op but
+6 * 2**-m + 2**(-m-5) rounded once, so the samples below catch a fusion that skipped roundings.
+"""
+import numpy as np
+import pytest
+
+import tf_backend
+from kernels.cpu import fusion
+from tf_backend import functions
+from tf_backend.program import lower, passes
+
+DTYPES = ("float16", "bfloat16")
+MANT = {"float16": 10, "bfloat16": 7}
+
+
+def _chain(tf):
+    def f(x, y):
+        z = x * x - 1.0
+        return tf.nn.relu(z * y + y) + tf.sigmoid(z) * tf.tanh(y)
+    return f
+
+
+def _inputs(tf, dt):
+    rng = np.random.default_rng(0)
+    m = MANT[dt]
+    x = np.concatenate([[1 + 3 * 2 ** -m, 1 - 3 * 2 ** -m, 1.5],
+                        rng.standard_normal(253) * 2]).astype(dt).reshape(16, 16)
+    y = rng.standard_normal((16, 16)).astype(dt)
+    return tf.constant(x), tf.constant(y)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_half_chain_is_not_fused(tf, dt):
+    x, y = _inputs(tf, dt)
+    assert not fusion.fusable("Mul", dt) and fusion.fusable("Mul", "float32")
+    cf = tf.function(_chain(tf)).get_concrete_function(x, y)
+    prog = lower.lower(cf.graph, "test")
+    passes.optimize(prog)
+    assert prog.fusions == 0 and not any(n.kind == "fused" for n in prog.nodes)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_half_chain_matches_stock_bit_for_bit(tf, dt):
+    x, y = _inputs(tf, dt)
+    f = _chain(tf)
+    tf_backend.disable()
+    ref = np.asarray(tf.function(f)(x, y))
+    eager_ref = np.asarray(f(x, y))
+    functions.clear_cache()
+    try:
+        with tf_backend.enabled():
+            tf_backend.reset_stats()
+            ours = np.asarray(tf.function(f)(x, y))
+            eager = np.asarray(f(x, y))
+            stats = tf_backend.stats()
+    finally:
+        functions.clear_cache()
+    for op in ("Mul", "Sub", "AddV2", "Relu", "Sigmoid", "Tanh"):
+        assert stats["ops"][op]["backend"] > 0, op
+    bits = np.uint16
+    np.testing.assert_array_equal(ours.view(bits), ref.view(bits))
+    np.testing.assert_array_equal(eager.view(bits), eager_ref.view(bits))
+    # the double-rounding sample: rounded per op, x * x - 1 is exactly 6 * 2**-m
+    m = MANT[dt]
+    x0 = x[0, 0]
+    assert float(np.asarray(tf.cast(x0 * x0 - 1.0, tf.float32))) == 6 * 2 ** -m
+    once = float(np.asarray(tf.cast(tf.cast(x0, tf.float32) ** 2 - 1.0, dt), np.float32))
+    assert once != 6 * 2 ** -m
