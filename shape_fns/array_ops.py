@@ -63,6 +63,8 @@ def _axis(axis, rank, op, what="axis"):
 @shape_fn("Reshape")
 def reshape(inputs, attrs):
     x, s = inputs
+    if s.shape == ():   # TensorFlow's kernel still takes a scalar shape as one dim (eager only:
+        s = Spec((1,), s.dtype, None if s.value is None else s.value.reshape(1))   # graphs refuse)
     dims = _vec(s, "shape", "Reshape")
     if dims is None:
         return [unknown(x.dtype, s.shape[0] if s.shape else None)]
