@@ -20,6 +20,7 @@ DEVICE_MODULES = {"cpu": (
     "array_index_ops", "strided_slice", "nn_ops", "conv_ops", "pooling_ops",
     "gather_scatter_ops", "scan_ops", "misc_math_ops", "image_ops", "einsum_ops", "norm_ops",
     "depthwise_ops", "loss_ops",
+    "half_ops",   # last: wraps float32 kernels registered by the modules above
 )}
 _loaded = set()
 

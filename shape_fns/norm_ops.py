@@ -2,8 +2,8 @@
 
 Stock CPU TensorFlow runs 4-D float32 (and bfloat16) batch norm on oneDNN and everything else
 (5-D NDHWC, float16) on Eigen; the two differ in reserve-space shapes (oneDNN: reserve_space_3
-is [0] and the gradient's reserve_space_4/5 are scalars; Eigen: [] and [0]). We run the oneDNN
-cases and leave 5-D formats to TensorFlow.
+is [0] and the gradient's reserve_space_4/5 are scalars; Eigen: [] and [0]). We run the 4-D
+cases (float16 with Eigen's shapes) and leave 5-D formats to TensorFlow.
 """
 import numpy as np
 
@@ -66,7 +66,9 @@ def fused_batch_norm(inputs, attrs):
         _same_channels(var, c, f"{prefix}, variance")
     u = scale.dtype
     vec = _vector(scale, c)
-    return [Spec(x.shape, x.dtype), vec, vec, vec, vec, Spec((0,), u)]
+    # float16 runs on Eigen in stock TensorFlow: its reserve_space_3 is a scalar
+    r3 = () if x.dtype == np.float16 else (0,)
+    return [Spec(x.shape, x.dtype), vec, vec, vec, vec, Spec(r3, u)]
 
 
 @shape_fn("FusedBatchNormGradV3", value_free=True)
@@ -89,4 +91,5 @@ def fused_batch_norm_grad(inputs, attrs):
     shape = x.shape if x.shape is not None else dy.shape
     vec = _vector(scale, c)
     # oneDNN's reserve_space_4/5 are scalars (TF's graph inference says [0])
-    return [Spec(shape, x.dtype), vec, vec, Spec((), scale.dtype), Spec((), scale.dtype)]
+    r45 = (0,) if x.dtype == np.float16 else ()    # float16: Eigen's shapes
+    return [Spec(shape, x.dtype), vec, vec, Spec(r45, scale.dtype), Spec(r45, scale.dtype)]

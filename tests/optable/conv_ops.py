@@ -1,10 +1,13 @@
 """Op table: Conv2D and its backprops (NHWC and NCHW, strides, dilations, padding variants)."""
+import ml_dtypes
 import numpy as np
 import tensorflow as tf
 
 from . import OpCase, arr, special_floats
 
 S1, S2 = [1, 1, 1, 1], [1, 2, 2, 1]
+
+HALF = ("float16", "bfloat16")
 
 
 def _conv(x, f, strides=S1, padding="SAME", dilations=S1, pads=(), fmt="NHWC"):
@@ -41,7 +44,8 @@ def _dilated(shapes):
 def _shapes(dt):
     # stock float64 runs TF's reference kernels, whose backprops reject dilations: float64
     # dilated convolutions are checked forward only (Conv2D_dilated_f64) and as errors
-    if np.dtype(dt) == np.float64:
+    # (float16 too: its backprops raise the same error, ours as well)
+    if np.dtype(dt) in (np.float64, np.float16):
         return [s for s in CONV_SHAPES if max(s[4]) == 1]
     return CONV_SHAPES
 
@@ -53,7 +57,7 @@ def conv_samples(dt, rng, shapes=None):
         return out
     sp = special_floats(dt)
     # no +-max: whether a sum of huge terms overflows depends on the summation order
-    sp = np.resize(sp[np.abs(sp) != np.finfo(dt).max], (1, 6, 6, 2))
+    sp = np.resize(sp[np.abs(sp) != ml_dtypes.finfo(dt).max], (1, 6, 6, 2))
     out.append((sp, _x(rng, (3, 3, 2, 3), dt), S1, "VALID", S1, ()))
     out.append((sp, _x(rng, (3, 3, 2, 3), dt), S2, "SAME", S1, ()))
     return out
@@ -181,7 +185,9 @@ def bf_errors(dt):
 
 
 CASES = [
-    OpCase("Conv2D", "Conv2D", _conv, conv_samples, dtypes=("float32", "float64"),
+    # float16/bfloat16: widened to float32, rounded once (stock: equal for Conv2D and bfloat16;
+    # float16 backprops accumulate in float16, measured up to ~35 eps off, inside the bound)
+    OpCase("Conv2D", "Conv2D", _conv, conv_samples, dtypes=("float32", "float64") + HALF,
            kind="reduction", reduction_len=_conv_len, errors=conv_errors, grad=True,
            grad_ops=("Conv2DBackpropInput", "Conv2DBackpropFilter")),
     OpCase("Conv2D_dilated_f64", "Conv2D", _conv,
@@ -203,11 +209,11 @@ CASES = [
            reduction_len=_conv_len, grad=True,
            grad_ops=("Conv2DBackpropInput", "Conv2DBackpropFilter")),
     OpCase("Conv2DBackpropInput", "Conv2DBackpropInput", _bi, bi_samples,
-           dtypes=("float32", "float64"), kind="reduction",
+           dtypes=("float32", "float64") + HALF, kind="reduction",
            reduction_len=lambda a: a[1].shape[0] * a[1].shape[1] * a[1].shape[3],
            errors=bi_errors, grad=True),
     OpCase("Conv2DBackpropFilter", "Conv2DBackpropFilter", _bf, bf_samples,
-           dtypes=("float32", "float64"), kind="reduction",
+           dtypes=("float32", "float64") + HALF, kind="reduction",
            reduction_len=lambda a: a[2].shape[0] * a[2].shape[1] * a[2].shape[2],
            errors=bf_errors, grad=True),
 ]

@@ -4,6 +4,7 @@ channel multipliers; NCHW where stock takes it).
 Stock runs float32 on oneDNN and float64 on Eigen kernels that accept less (no dilations, no
 unequal strides, NHWC only) and raise other classes; the error lists hold both.
 """
+import ml_dtypes
 import numpy as np
 import tensorflow as tf
 
@@ -12,6 +13,7 @@ from .conv_ops import _out_shape
 
 S1, S2 = [1, 1, 1, 1], [1, 2, 2, 1]
 F32, F64 = np.float32, np.float64
+HALF = ("float16", "bfloat16")   # widened to float32, rounded once
 
 
 def _dw(x, f, strides=S1, padding="SAME", dilations=S1, pads=(), fmt="NHWC"):
@@ -67,7 +69,7 @@ def dw_unequal_samples(dt, rng):
 def _special(dt):
     sp = special_floats(dt)
     # no +-max: whether a sum of huge terms overflows depends on the summation order
-    return sp[np.abs(sp) != np.finfo(dt).max]
+    return sp[np.abs(sp) != ml_dtypes.finfo(dt).max]
 
 
 def dw_samples(dt, rng, big=True):
@@ -246,7 +248,7 @@ GRAD_OPS = ("DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackprop
 
 CASES = [
     OpCase("DepthwiseConv2dNative", "DepthwiseConv2dNative", _dw, dw_samples,
-           dtypes=("float32", "float64"), kind="reduction", reduction_len=_dw_len,
+           dtypes=("float32", "float64") + HALF, kind="reduction", reduction_len=_dw_len,
            errors=dw_errors, grad=True, grad_ops=GRAD_OPS),
     # no gradient: stock backprops ignore dilations, so we leave dilated backprops to TF
     OpCase("DepthwiseConv2dNative_dilated_f32", "DepthwiseConv2dNative", _dw, dw_f32_samples,
@@ -270,14 +272,14 @@ CASES = [
            dtypes=("float32",), kind="reduction", reduction_len=_dw_len, grad=True,
            grad_ops=GRAD_OPS),
     OpCase("DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropInput", _bi,
-           bi_samples, dtypes=("float32", "float64"), kind="reduction", reduction_len=_bi_len,
+           bi_samples, dtypes=("float32", "float64") + HALF, kind="reduction", reduction_len=_bi_len,
            errors=bi_errors, grad=True),
     OpCase("DepthwiseConv2dNativeBackpropInput_NCHW", "DepthwiseConv2dNativeBackpropInput",
            lambda s, f, dy, st, pad, dil, p: _bi(s, f, dy, st, pad, dil, p, "NCHW"),
            lambda dt, rng: _bi_samples(dt, rng, nchw=True), dtypes=("float32",),
            kind="reduction", reduction_len=_bi_len),
     OpCase("DepthwiseConv2dNativeBackpropFilter", "DepthwiseConv2dNativeBackpropFilter", _bf,
-           bf_samples, dtypes=("float32", "float64"), kind="reduction", reduction_len=_bf_len,
+           bf_samples, dtypes=("float32", "float64") + HALF, kind="reduction", reduction_len=_bf_len,
            errors=bf_errors, grad=True),
     OpCase("DepthwiseConv2dNativeBackpropFilter_NCHW", "DepthwiseConv2dNativeBackpropFilter",
            lambda x, s, dy, st, pad, dil, p: _bf(x, s, dy, st, pad, dil, p, "NCHW"),

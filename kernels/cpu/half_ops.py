@@ -1,0 +1,79 @@
+"""CPU kernels: float16/bfloat16 for ops whose float32 kernels live in other modules
+(convolutions, depthwise convolutions, pooling, batch norm, Einsum).
+
+Half inputs are widened to float32 (exactly), the op's float32 kernel runs, and each half output
+is rounded once to nearest even; float32 outputs (batch-norm statistics) are written directly.
+TensorFlow's CPU kernels for these ops accumulate half data in float32 and round the result
+once (Conv2D/BatchNorm) or accumulate in the half type itself (pooling's sums): the op table
+measures the differences against stock and states the tolerance where they are not bit-equal.
+"""
+import numpy as np
+
+from kernels import KERNELS, kernel
+from shape_fns.errors import InvalidArgumentError
+
+HALF = ("float16", "bfloat16")
+F32 = np.dtype(np.float32)
+
+# op -> the dtype attrs that name the half type (others, e.g. batch norm's U, stay float32)
+OPS = {
+    "Conv2D": ("T",), "Conv2DBackpropInput": ("T",), "Conv2DBackpropFilter": ("T",),
+    "DepthwiseConv2dNative": ("T",), "DepthwiseConv2dNativeBackpropInput": ("T",),
+    "DepthwiseConv2dNativeBackpropFilter": ("T",),
+    "MaxPool": ("T",), "AvgPool": ("T",), "MaxPoolGrad": ("T",), "AvgPoolGrad": ("T",),
+    "FusedBatchNormV3": ("T",), "FusedBatchNormGradV3": ("T",),
+    "Einsum": ("T",),
+}
+
+
+# Stock runs float16 batch norm on Eigen, whose reserve spaces differ from oneDNN's (the float32
+# kernel's): output index -> the shape the float32 kernel expects (ours are zero, as Eigen's).
+EIGEN_RESERVE = {"FusedBatchNormV3": {5: (0,)}, "FusedBatchNormGradV3": {3: (), 4: ()}}
+
+
+def _float32_kernel(op, attrs):
+    for k in KERNELS.get((op, "cpu"), ()):
+        if not getattr(k.fn, "half_wrapper", False) and k.accepts(attrs) is None:
+            return k.fn
+    return None
+
+
+def _wrap(op, type_attrs):
+    found = {}
+
+    no_dilations = op in ("Conv2DBackpropInput", "Conv2DBackpropFilter")
+
+    def run(inputs, outputs, attrs):
+        if no_dilations and attrs["T"] == np.float16 and max(attrs.get("dilations") or [1]) > 1:
+            # stock's float16 backprops are Eigen's, which refuse dilations (bfloat16: oneDNN)
+            raise InvalidArgumentError(
+                "Current CPU implementations do not yet support dilation rates larger than 1.")
+        a = dict(attrs)
+        for t in type_attrs:
+            a[t] = F32
+        key = tuple(sorted((k, str(v)) for k, v in a.items() if isinstance(v, np.dtype)))
+        fn = found.get(key)
+        if fn is None:
+            fn = found[key] = _float32_kernel(op, a)
+        ins = [x.astype(F32) if x.dtype.name in HALF else x for x in inputs]
+        outs = [np.empty(o.shape, F32) if o.dtype.name in HALF else o for o in outputs]
+        eigen = EIGEN_RESERVE.get(op) if attrs["T"] == np.float16 else None
+        if eigen:   # the float32 kernel writes oneDNN's reserve-space shapes
+            for k, shape in eigen.items():
+                outs[k] = np.zeros(shape, F32)
+        fn(ins, outs, a)
+        if eigen:
+            for k in eigen:
+                outputs[k].fill(0)
+        with np.errstate(all="ignore"):     # overflow to inf is the half type's answer
+            for k, (o, t) in enumerate(zip(outputs, outs)):
+                if t is not o and not (eigen and k in eigen):
+                    np.copyto(o, t, casting="unsafe")
+
+    run.half_wrapper = True
+    run.__qualname__ = f"half.{op}"
+    return run
+
+
+for _op, _attrs in OPS.items():
+    kernel(_op, dtypes=HALF, type_attr=_attrs[0])(_wrap(_op, _attrs))
