@@ -28,6 +28,7 @@ FH = F + H
 FHI = FH + I
 FHIB = FHI + ("bool",)
 B = ("bool",)
+BITS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 class Ew:
@@ -91,9 +92,11 @@ ew("Xlogy", 2, {"*": "0.0 if x == 0 else x * math.log(y)",
 ew("Xlog1py", 2, {"*": "0.0 if x == 0 else x * math.log1p(y)",
                    "half": "x if x == 0 else x * rnd(vlog1p(y))"}, FH)
 ew("Atan2", 2, "math.atan2(x, y)", FH)
-ew("BitwiseAnd", 2, "x & y", I)
-ew("BitwiseOr", 2, "x | y", I)
-ew("BitwiseXor", 2, "x ^ y", I)
+ew("BitwiseAnd", 2, "x & y", BITS)
+ew("BitwiseOr", 2, "x | y", BITS)
+ew("BitwiseXor", 2, "x ^ y", BITS)
+ew("LeftShift", 2, "lshift(x, y)", BITS)     # kernels/cpu/scalar_bits.py: TF's clamped shifts
+ew("RightShift", 2, "rshift(x, y)", BITS)
 
 # --- comparisons and logic -----------------------------------------------------------------
 ew("Less", 2, "x < y", FHI, out="bool")
@@ -141,7 +144,7 @@ ew("Rint", 1, "np.rint(x)", F)
 ew("IsNan", 1, "x != x", FH, out="bool")
 ew("IsInf", 1, "math.isinf(x)", FH, out="bool")
 ew("IsFinite", 1, "math.isfinite(x)", FH, out="bool")
-ew("Invert", 1, "~x", I)
+ew("Invert", 1, "~x", BITS)
 
 # --- activations -----------------------------------------------------------------------------
 ew("Relu", 1, "relu(x)", FHI)

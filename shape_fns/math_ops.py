@@ -15,7 +15,7 @@ Elu Selu LeakyRelu Softplus Softsign Erf Erfc Sin Cos Tan Floor Ceil Round Rint 
 Asin Acos Sinh Cosh Asinh Acosh Atanh Gelu""".split()
 BINARY = """Add AddV2 Sub Mul RealDiv Div DivNoNan FloorDiv FloorMod TruncateDiv TruncateMod Maximum
 Minimum Pow SquaredDifference LogicalAnd LogicalOr Xdivy Xlogy Xlog1py Atan2 MulNoNan BitwiseAnd
-BitwiseOr BitwiseXor""".split()
+BitwiseOr BitwiseXor LeftShift RightShift""".split()
 COMPARE = "Less LessEqual Greater GreaterEqual Equal NotEqual".split()
 BOOL_UNARY = {"IsNan", "IsInf", "IsFinite"}
 # Activation gradients (gradients, features|outputs): TensorFlow requires equal shapes.

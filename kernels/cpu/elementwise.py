@@ -42,6 +42,7 @@ import numpy as np
 from numba import njit, prange
 from kernels.cpu.scalar import *  # noqa
 from kernels.cpu.half_bits import h2f, f2h, bf2f, f2bf, rnd_h, rnd_bf, ftz32  # noqa
+from kernels.cpu.scalar_bits import lshift, rshift  # noqa
 
 _j = njit(cache=True, nogil=True, error_model="numpy")
 _jp = njit(cache=True, nogil=True, parallel=True, error_model="numpy")
@@ -184,7 +185,7 @@ def _load_generated():
     src = _source()
     # numba's cache only watches the generated file: key it on the helpers' source as well.
     helpers = b""
-    for h in ("scalar.py", "half_bits.py"):
+    for h in ("scalar.py", "half_bits.py", "scalar_bits.py"):
         with open(os.path.join(os.path.dirname(__file__), h), "rb") as f:
             helpers += f.read()
     digest = hashlib.sha1(src.encode() + helpers).hexdigest()[:16]

@@ -16,6 +16,7 @@ IF = I + F          # ints first: error samples (integer division by zero) use t
 IFH = IF + H
 FIB = FI + ("bool",)
 FHIB = FHI + ("bool",)
+BITS = I + ("int8", "int16", "uint8", "uint16", "uint32", "uint64")
 BIG = 100_000       # samples this large run the parallel loops; only a few cases use them
 
 
@@ -178,9 +179,13 @@ CASES = [
     bi("Xlog1py", lambda x, y: R.Xlog1py(x=x, y=y), dtypes=FH, samples=binary(-1, 3, 0.1, 4),
        grad=False),
     bi("Atan2", lambda x, y: R.Atan2(y=x, x=y), dtypes=FH),
-    bi("BitwiseAnd", lambda x, y: R.BitwiseAnd(x=x, y=y), dtypes=I),
-    bi("BitwiseOr", lambda x, y: R.BitwiseOr(x=x, y=y), dtypes=I),
-    bi("BitwiseXor", lambda x, y: R.BitwiseXor(x=x, y=y), dtypes=I),
+    bi("BitwiseAnd", lambda x, y: R.BitwiseAnd(x=x, y=y), dtypes=BITS),
+    bi("BitwiseOr", lambda x, y: R.BitwiseOr(x=x, y=y), dtypes=BITS),
+    bi("BitwiseXor", lambda x, y: R.BitwiseXor(x=x, y=y), dtypes=BITS),
+    # shift amounts below 0 and at or past the width (TensorFlow clamps them to [0, bits - 1])
+    bi("LeftShift", lambda x, y: R.LeftShift(x=x, y=y), dtypes=BITS, samples=binary(-9, 9, -3, 70)),
+    bi("RightShift", lambda x, y: R.RightShift(x=x, y=y), dtypes=BITS,
+       samples=binary(-9, 9, -3, 70)),
     # --- comparisons and logic --------------------------------------------------------------------
     bi("Less", lambda x, y: R.Less(x=x, y=y), **_CMP),
     bi("LessEqual", lambda x, y: R.LessEqual(x=x, y=y), **_CMP),
@@ -234,7 +239,7 @@ CASES = [
     un("IsNan", lambda x: R.IsNan(x=x), grad=False),
     un("IsInf", lambda x: R.IsInf(x=x), grad=False),
     un("IsFinite", lambda x: R.IsFinite(x=x), grad=False),
-    un("Invert", lambda x: R.Invert(x=x), dtypes=I),
+    un("Invert", lambda x: R.Invert(x=x), dtypes=BITS),
     # --- activations ----------------------------------------------------------------------------------
     un("Relu", lambda x: tf.nn.relu(x), dtypes=FHI, samples=unary(big=True), grad_ops=("ReluGrad",)),
     un("Relu6", lambda x: tf.nn.relu6(x), dtypes=FHI, samples=unary(-3, 9), grad_ops=("Relu6Grad",)),
