@@ -1,4 +1,5 @@
-"""Shape functions: index-tuple gathers and scatters (GatherNd, ScatterNd), OneHot, Where.
+"""Shape functions: index-tuple gathers and scatters (GatherNd, ScatterNd, TensorScatterAdd/
+Update), OneHot, Where.
 
 `scatter_nd_check` holds TensorFlow's ScatterNd validation, in its order, for the CPU kernel's
 use as well.
@@ -125,6 +126,37 @@ def scatter_nd(inputs, attrs):
     if i.fully_defined and u.fully_defined:
         scatter_nd_check(i.shape, u.shape, out)
     return [Spec(out, u.dtype)]
+
+
+def tensor_scatter_check(ishape, ushape, tshape):
+    """TensorFlow's TensorScatter* checks (its kernel's, then ScatterNd's); returns the depth."""
+    def bad(msg):
+        raise InvalidArgumentError(
+            f"TensorScatter: {msg} (tensor {fmt_shape(tshape)}, indices {fmt_shape(ishape)}, "
+            f"updates {fmt_shape(ushape)})")
+
+    if len(ishape) < 1 or len(ushape) < 1:
+        bad("indices and updates must have rank at least one")
+    n, ni, nu = _prod(tshape), _prod(ishape), _prod(ushape)
+    if not ((ni == 0 and nu == 0) or (n != 0 and ni != 0 and nu != 0)):
+        bad("indices and updates specified for empty output shape")
+    outer = len(ishape) - 1
+    if any(ishape[k] != ushape[k] for k in range(outer)):
+        bad("outer dimensions of indices and update must match")
+    ix = ishape[outer]
+    if (len(ushape) - outer != len(tshape) - ix
+            or any(ushape[k + outer] != tshape[ix + k] for k in range(len(ushape) - outer))):
+        bad("inner dimensions of output shape must match inner dimensions of updates shape")
+    return scatter_nd_check(ishape, ushape, tshape)
+
+
+@shape_fn("TensorScatterAdd", "TensorScatterUpdate", value_free=True)
+def tensor_scatter(inputs, attrs):
+    t, i, u = inputs
+    _policy(attrs)
+    if t.fully_defined and i.fully_defined and u.fully_defined:
+        tensor_scatter_check(i.shape, u.shape, t.shape)
+    return [Spec(t.shape, t.dtype)]
 
 
 def _scalar(spec, what, op):

@@ -1,7 +1,9 @@
-"""CPU kernels: index-tuple gathers and scatters (GatherNd, ScatterNd), OneHot, Where (numpy).
+"""CPU kernels: index-tuple gathers and scatters (GatherNd, ScatterNd, TensorScatterAdd/Update),
+OneHot, Where (numpy).
 
 TF semantics kept here: out-of-range index tuples raise InvalidArgument (zeros instead with
-bad_indices_policy="IGNORE"); ScatterNd adds duplicates in index order (bool: logical or);
+bad_indices_policy="IGNORE"); ScatterNd and TensorScatterAdd add duplicates in index order (bool: logical or), with
+TensorScatterUpdate the last duplicate wins;
 OneHot leaves rows of out-of-range or negative indices at off_value.
 """
 import numpy as np
@@ -88,6 +90,40 @@ def scatter_nd(inputs, outputs, attrs):
             np.add.at(out.reshape(-1, u.shape[1]), lin, u)
     if out.dtype.kind == "f":  # TensorFlow's CPU threads flush subnormal sums to zero
         out[np.abs(out) < np.finfo(out.dtype).tiny] = 0
+
+
+def _tensor_scatter(inputs, outputs, attrs, add):
+    t, idx, upd, out = inputs[0], inputs[1], inputs[2], outputs[0]
+    np.copyto(out, t)
+    if out.size == 0 or idx.size == 0:
+        return
+    n = idx.shape[-1] if idx.ndim > 1 else 1
+    ix = idx.reshape(-1, n)
+    ignore = attrs.get("bad_indices_policy", "") == "IGNORE"
+    lin, bad = _linear(ix, out.shape[:n], "indices", ignore)
+    u = upd.reshape(ix.shape[0], -1)
+    if bad is not None:
+        lin, u = lin[~bad], u[~bad]
+    rows = out.reshape(-1, u.shape[1])
+    if not add:
+        rows[lin] = u          # numpy assigns repeated indices in order: the last one wins
+        return
+    with np.errstate(all="ignore"):
+        np.add.at(rows, lin, u)
+    if out.dtype.kind == "f":  # TensorFlow's CPU threads flush subnormal sums to zero
+        touched = rows[lin]
+        touched[np.abs(touched) < np.finfo(out.dtype).tiny] = 0
+        rows[lin] = touched
+
+
+@kernel("TensorScatterUpdate", dtypes=ALL + ("float16", "bfloat16"))
+def tensor_scatter_update(inputs, outputs, attrs):
+    _tensor_scatter(inputs, outputs, attrs, False)
+
+
+@kernel("TensorScatterAdd", dtypes=("float32", "float64", "int32", "int64"))
+def tensor_scatter_add(inputs, outputs, attrs):
+    _tensor_scatter(inputs, outputs, attrs, True)
 
 
 @kernel("OneHot", dtypes=ALL)

@@ -1,4 +1,5 @@
-"""Op table: GatherNd, ScatterNd, OneHot, Where (exact, except ScatterNd's float sums)."""
+"""Op table: GatherNd, ScatterNd, TensorScatterAdd/Update, OneHot, Where (exact, except the
+scatters' float sums)."""
 import numpy as np
 import tensorflow as tf
 
@@ -134,7 +135,63 @@ def _where_samples(dt, rng):
             (d(1, 1, 2, 1, 3, 1, 2, 2),), (d(300, 400),)]
 
 
+def _tsc(op):
+    def fn(t, i, u, policy=""):
+        return getattr(R, op)(tensor=t, indices=i, updates=u, bad_indices_policy=policy)
+    return fn
+
+
+def _tsc_samples(dt, rng, dup=True):
+    d = lambda *s: data(rng, s, dt)  # noqa: E731
+    out = [
+        (d(4, 3), np.array([[1], [3]], I32), d(2, 3)),                        # row slices
+        (d(4, 3), np.array([[1, 2], [0, 0], [3, 1]], I64), d(3)),              # elements
+        (d(2, 3, 4), np.array([[[1], [0]], [[1], [1]]], I32), d(2, 2, 3, 4)),  # batch of indices
+        (d(2, 3, 4), np.array([[1, 2]], I32), d(1, 4)),
+        (d(4, 3), np.zeros((0, 1), I32), d(0, 3)),                              # nothing scattered
+        (d(5), np.array([[4], [0]], I64), d(2)),
+        (d(300, 64), rng.integers(0, 300, (400, 1)).astype(I32), d(400, 64)),
+    ]
+    if dup:   # duplicates: Add sums them in order; Update keeps the last (stock does too here)
+        out.append((d(4, 3), np.array([[1], [1], [2], [1]], I32), d(4, 3)))
+    return out
+
+
+def _tsc_ignore_samples(dt, rng):
+    d = lambda *s: data(rng, s, dt)  # noqa: E731
+    return [(d(3, 2), np.array([[7], [1], [-2], [0]], I32), d(4, 2), "IGNORE")]
+
+
+def _tsc_errors(dt):
+    z = lambda *s: np.zeros(s, dt)  # noqa: E731
+    return [(z(4, 3), np.array([[5]], I32), z(1, 3)),            # out of range
+            (z(4, 3), np.array([[-1]], I64), z(1, 3)),
+            (z(4, 3), np.array([[1]], I32), z(2, 3)),            # outer dims differ
+            (z(4, 3), np.array([[1, 2, 0]], I32), z(1)),         # index deeper than the rank
+            (z(4, 3), np.array([1], I32), z(3)),                 # 1-D indices: updates [1]
+            (z(4, 3), np.zeros((2, 0), I32), z(2, 4, 3)),         # empty index depth
+            (z(), np.zeros((0, 1), I32), z(0))]                  # scalar tensor
+
+
+def _tsc_len(args):
+    return max(1, int(np.asarray(args[1]).size))
+
+
+NUM = ("float32", "float64", "int32", "int64")   # stock has no bool TensorScatterAdd
+
 CASES = [
+    OpCase("TensorScatterUpdate", "TensorScatterUpdate", _tsc("TensorScatterUpdate"),
+           _tsc_samples, dtypes=ALL, kind="exact", errors=_tsc_errors, grad=True,
+           grad_args=(0, 2), grad_ops=("GatherNd", "TensorScatterUpdate")),
+    OpCase("TensorScatterUpdate_half", "TensorScatterUpdate", _tsc("TensorScatterUpdate"),
+           _tsc_samples, dtypes=("float16", "bfloat16"), kind="exact"),
+    OpCase("TensorScatterUpdate_ignore", "TensorScatterUpdate", _tsc("TensorScatterUpdate"),
+           _tsc_ignore_samples, dtypes=ALL, kind="exact"),
+    OpCase("TensorScatterAdd", "TensorScatterAdd", _tsc("TensorScatterAdd"), _tsc_samples,
+           dtypes=NUM, kind="reduction", reduction_len=_tsc_len, errors=_tsc_errors, grad=True,
+           grad_args=(0, 2), grad_ops=("GatherNd",)),
+    OpCase("TensorScatterAdd_ignore", "TensorScatterAdd", _tsc("TensorScatterAdd"),
+           _tsc_ignore_samples, dtypes=NUM, kind="reduction", reduction_len=_tsc_len),
     OpCase("GatherNd", "GatherNd", _gnd, _gnd_samples, dtypes=ALL, kind="exact", grad=True,
            grad_args=(0,), grad_ops=("ScatterNd",), errors=_gnd_errors),
     # Forward only: stock's gradient (ScatterNd) rejects these index shapes.
