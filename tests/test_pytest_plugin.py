@@ -49,6 +49,15 @@ def test_plugin_on_records_ledger_and_hollow_passes(tmp_path):
     assert "1 passing tests ran our kernels, 2 hollow passes" in r.stdout   # Bessel fell back
 
 
+def test_plugin_summary_counts_xdist_workers_tests(tmp_path):
+    r, _ = _run(tmp_path, "--tf-backend=on", "-n", "2",
+                f"--tf-backend-results={tmp_path / 'r.jsonl'}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 passing tests ran our kernels, 2 hollow passes" in r.stdout   # the workers' tests
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and '"tf_backend_hollow": "True"' in "".join(lines)
+
+
 def test_plugin_strict_fails_on_fallback(tmp_path):
     r, cases = _run(tmp_path, "--tf-backend=strict")
     assert cases["test_unregistered"][1] and not cases["test_uses_kernels"][1]

@@ -26,7 +26,7 @@ def pytest_addoption(parser):
     parser.addoption("--tf-backend", default=None, choices=("off", "on", "strict", "shadow"),
                      help="run tests with tf_backend in this mode (default: $TF_BACKEND or off)")
     parser.addoption("--tf-backend-results", default=None, metavar="FILE",
-                     help="append per-test outcomes and ledgers to FILE as JSON lines, as they come")
+                     help="append per-test outcomes and ledgers to FILE as JSON lines, as they end")
 
 
 def pytest_configure(config):
@@ -59,13 +59,8 @@ def pytest_runtest_call(item):
     item.user_properties.append(("tf_backend_fallback_calls", t["fallback"]))
     item.user_properties.append(("tf_backend_ops", json.dumps(ops, sort_keys=True)))
     item.user_properties.append(("tf_backend_fallbacks", json.dumps(fallbacks, sort_keys=True)))
-    _state["tests"] += 1
-    if outcome.excinfo is None:
-        if t["backend"]:
-            _state["ran"] += 1
-        else:
-            _state["hollow"] += 1
-            item.user_properties.append(("tf_backend_hollow", True))
+    if outcome.excinfo is None and not t["backend"]:
+        item.user_properties.append(("tf_backend_hollow", True))
 
 
 def junit_id(nodeid):
@@ -86,8 +81,9 @@ def pytest_runtest_logstart(nodeid, location):
 
 def pytest_runtest_logreport(report):
     """Fold setup/call/teardown into one outcome as JUnit does: any failure or error fails the
-    test, a skip (or an expected failure) skips it."""
-    if _state["results"] is None:
+    test, a skip (or an expected failure) skips it. Counted here, from the reports, so that the
+    summary is right under xdist too (the controller sees every worker's reports)."""
+    if _state["results"] is None and _state["mode"] == "off":
         return
     seen = _state["seen"].setdefault(report.nodeid, {"outcome": "passed", "props": {}})
     if report.failed:
@@ -97,7 +93,12 @@ def pytest_runtest_logreport(report):
     seen["props"].update({k: str(v) for k, v in report.user_properties})   # as JUnit writes them
     if report.when == "teardown":
         del _state["seen"][report.nodeid]
-        _emit({"test": junit_id(report.nodeid), **seen})
+        if _state["results"] is not None:
+            _emit({"test": junit_id(report.nodeid), **seen})
+        if "tf_backend_backend_calls" in seen["props"]:
+            _state["tests"] += 1
+            if seen["outcome"] == "passed":
+                _state["hollow" if seen["props"].get("tf_backend_hollow") else "ran"] += 1
 
 
 def pytest_unconfigure(config):
