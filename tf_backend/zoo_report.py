@@ -390,7 +390,11 @@ def stock_spread(tf, keras, name, spec, ref, ours, say):
             o, r, [a[key] for a in alts.values() if key in a], "reduction", spec.reduction_len)
         ratio = dist / bound if bound else float("inf")
         if worst is None or ratio > worst["ratio"]:
-            worst = {"value": key, "distance": dist, "bound": bound, "ratio": ratio}
+            worst = {"value": key, "distance": dist, "bound": bound, "ratio": ratio,
+                     "stock_distances": {
+                         label: float(np.linalg.norm(np.asarray(a[key], np.float64)
+                                                     - np.asarray(r, np.float64)))
+                         for label, a in alts.items() if key in a}}
     res["judged_values"] = judged
     res["worst"] = worst
     res["ok"] = worst is None or worst["ratio"] <= 1.0
@@ -572,7 +576,9 @@ def _problems(doc):
                     out.append(f"  {c['model']}/{c['mode']}: spread rule (k={sp['k']:g}) over "
                                f"{sp['judged_values']} values: worst {w['value']}: "
                                f"||ours-stock|| {w['distance']:.3g} vs bound {w['bound']:.3g} "
-                               f"-> {'within' if sp['ok'] else 'OUTSIDE'} stock's spread")
+                               f"-> {'within' if sp['ok'] else 'OUTSIDE'} stock's spread"
+                               + "".join(f"; stock {k} {v:.3g}" for k, v in
+                                         w.get("stock_distances", {}).items()))
         for f in c["fallbacks"]:
             reasons = ", ".join(f"{r}×{n}" for r, n in sorted(f["reasons"].items()))
             out.append(f"  {c['model']}/{c['mode']}: fallback {f['op']} ×{f['calls']} "
