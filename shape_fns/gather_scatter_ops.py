@@ -1,5 +1,5 @@
 """Shape functions: index-tuple gathers and scatters (GatherNd, ScatterNd, TensorScatterAdd/
-Update), OneHot, Where.
+Sub/Update), OneHot, Where.
 
 `scatter_nd_check` holds TensorFlow's ScatterNd validation, in its order, for the CPU kernel's
 use as well.
@@ -150,7 +150,7 @@ def tensor_scatter_check(ishape, ushape, tshape):
     return scatter_nd_check(ishape, ushape, tshape)
 
 
-@shape_fn("TensorScatterAdd", "TensorScatterUpdate", value_free=True)
+@shape_fn("TensorScatterAdd", "TensorScatterSub", "TensorScatterUpdate", value_free=True)
 def tensor_scatter(inputs, attrs):
     t, i, u = inputs
     _policy(attrs)

@@ -1,4 +1,5 @@
-"""CPU kernels: index-tuple gathers and scatters (GatherNd, ScatterNd, TensorScatterAdd/Update),
+"""CPU kernels: index-tuple gathers and scatters (GatherNd, ScatterNd, TensorScatterAdd/Sub/
+Update),
 OneHot, Where (numpy).
 
 TF semantics kept here: out-of-range index tuples raise InvalidArgument (zeros instead with
@@ -13,6 +14,8 @@ from shape_fns.errors import InvalidArgumentError
 from shape_fns.spec import fmt_shape
 
 ALL = ("float32", "float64", "int32", "int64", "bool")
+HALF = ("float16", "bfloat16")   # data movement, or sums rounded per add as Eigen's half types
+_WIDE = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _prod(dims):
@@ -49,7 +52,7 @@ def _linear(ix, dims, what, ignore):
     return lin, bad
 
 
-@kernel("GatherNd", dtypes=ALL, type_attr="Tparams")
+@kernel("GatherNd", dtypes=ALL + HALF, type_attr="Tparams")
 def gather_nd(inputs, outputs, attrs):
     p, idx, out = inputs[0], inputs[1], outputs[0]
     n = idx.shape[-1]
@@ -66,7 +69,7 @@ def gather_nd(inputs, outputs, attrs):
         rows[bad] = 0
 
 
-@kernel("ScatterNd", dtypes=ALL)
+@kernel("ScatterNd", dtypes=ALL + HALF)
 def scatter_nd(inputs, outputs, attrs):
     idx, upd, out = inputs[0], inputs[1], outputs[0]
     out.fill(0)
@@ -88,11 +91,11 @@ def scatter_nd(inputs, outputs, attrs):
             np.add.at(out.reshape(-1), lin, u.reshape(-1))
         else:
             np.add.at(out.reshape(-1, u.shape[1]), lin, u)
-    if out.dtype.kind == "f":  # TensorFlow's CPU threads flush subnormal sums to zero
+    if out.dtype in _WIDE:  # TensorFlow's CPU threads flush subnormal sums to zero
         out[np.abs(out) < np.finfo(out.dtype).tiny] = 0
 
 
-def _tensor_scatter(inputs, outputs, attrs, add):
+def _tensor_scatter(inputs, outputs, attrs, ufunc):
     t, idx, upd, out = inputs[0], inputs[1], inputs[2], outputs[0]
     np.copyto(out, t)
     if out.size == 0 or idx.size == 0:
@@ -105,25 +108,35 @@ def _tensor_scatter(inputs, outputs, attrs, add):
     if bad is not None:
         lin, u = lin[~bad], u[~bad]
     rows = out.reshape(-1, u.shape[1])
-    if not add:
+    if ufunc is None:
         rows[lin] = u          # numpy assigns repeated indices in order: the last one wins
         return
+    # ufunc.at applies duplicates in order; float16/bfloat16 round each step from float32,
+    # as Eigen's half types do
     with np.errstate(all="ignore"):
-        np.add.at(rows, lin, u)
-    if out.dtype.kind == "f":  # TensorFlow's CPU threads flush subnormal sums to zero
+        ufunc.at(rows, lin, u)
+    if out.dtype in _WIDE:  # TensorFlow's CPU threads flush subnormal sums to zero
         touched = rows[lin]
         touched[np.abs(touched) < np.finfo(out.dtype).tiny] = 0
         rows[lin] = touched
 
 
-@kernel("TensorScatterUpdate", dtypes=ALL + ("float16", "bfloat16"))
+@kernel("TensorScatterUpdate", dtypes=ALL + HALF)
 def tensor_scatter_update(inputs, outputs, attrs):
-    _tensor_scatter(inputs, outputs, attrs, False)
+    _tensor_scatter(inputs, outputs, attrs, None)
 
 
-@kernel("TensorScatterAdd", dtypes=("float32", "float64", "int32", "int64"))
+_ADD = ("float32", "float64", "int32", "int64", "float16", "bfloat16")
+
+
+@kernel("TensorScatterAdd", dtypes=_ADD)
 def tensor_scatter_add(inputs, outputs, attrs):
-    _tensor_scatter(inputs, outputs, attrs, True)
+    _tensor_scatter(inputs, outputs, attrs, np.add)
+
+
+@kernel("TensorScatterSub", dtypes=_ADD)
+def tensor_scatter_sub(inputs, outputs, attrs):
+    _tensor_scatter(inputs, outputs, attrs, np.subtract)
 
 
 @kernel("OneHot", dtypes=ALL)

@@ -8,6 +8,7 @@ from .array_ops import ALL, data
 
 R = tf.raw_ops
 I32, I64 = np.int32, np.int64
+HALF = ("float16", "bfloat16")
 
 
 def _gnd(p, i, policy=""):
@@ -177,7 +178,7 @@ def _tsc_len(args):
     return max(1, int(np.asarray(args[1]).size))
 
 
-NUM = ("float32", "float64", "int32", "int64")   # stock has no bool TensorScatterAdd
+NUM = ("float32", "float64", "int32", "int64")   # stock has no bool TensorScatterAdd/Sub
 
 CASES = [
     OpCase("TensorScatterUpdate", "TensorScatterUpdate", _tsc("TensorScatterUpdate"),
@@ -188,11 +189,14 @@ CASES = [
     OpCase("TensorScatterUpdate_ignore", "TensorScatterUpdate", _tsc("TensorScatterUpdate"),
            _tsc_ignore_samples, dtypes=ALL, kind="exact"),
     OpCase("TensorScatterAdd", "TensorScatterAdd", _tsc("TensorScatterAdd"), _tsc_samples,
-           dtypes=NUM, kind="reduction", reduction_len=_tsc_len, errors=_tsc_errors, grad=True,
+           dtypes=NUM + HALF, kind="reduction", reduction_len=_tsc_len, errors=_tsc_errors, grad=True,
            grad_args=(0, 2), grad_ops=("GatherNd",)),
     OpCase("TensorScatterAdd_ignore", "TensorScatterAdd", _tsc("TensorScatterAdd"),
            _tsc_ignore_samples, dtypes=NUM, kind="reduction", reduction_len=_tsc_len),
-    OpCase("GatherNd", "GatherNd", _gnd, _gnd_samples, dtypes=ALL, kind="exact", grad=True,
+    OpCase("TensorScatterSub", "TensorScatterSub", _tsc("TensorScatterSub"), _tsc_samples,
+           dtypes=NUM + HALF, kind="reduction", reduction_len=_tsc_len, errors=_tsc_errors,
+           grad=True, grad_args=(0, 2), grad_ops=("GatherNd", "Neg")),
+    OpCase("GatherNd", "GatherNd", _gnd, _gnd_samples, dtypes=ALL + HALF, kind="exact", grad=True,
            grad_args=(0,), grad_ops=("ScatterNd",), errors=_gnd_errors),
     # Forward only: stock's gradient (ScatterNd) rejects these index shapes.
     OpCase("GatherNd_odd", "GatherNd", _gnd, _gnd_odd_samples, dtypes=ALL, kind="exact"),
@@ -206,7 +210,7 @@ CASES = [
     OpCase("GatherNd_ignore", "GatherNd", _gnd, _gnd_ignore_samples, dtypes=ALL, kind="exact"),
     OpCase("ScatterNd_ignore", "ScatterNd", _snd, _snd_ignore_samples, dtypes=ALL,
            kind="reduction", reduction_len=_snd_len),
-    OpCase("ScatterNd", "ScatterNd", _snd, _snd_samples, dtypes=ALL, kind="reduction",
+    OpCase("ScatterNd", "ScatterNd", _snd, _snd_samples, dtypes=ALL + HALF, kind="reduction",
            reduction_len=_snd_len, grad=True, grad_args=(1,), grad_ops=("GatherNd",),
            errors=_snd_errors),
     OpCase("OneHot", "OneHot", _oh, _oh_samples, dtypes=ALL, kind="exact", errors=_oh_errors),
