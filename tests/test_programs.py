@@ -513,3 +513,26 @@ def test_slow_path_accepts_attrs_none(backend, tf):
     out = tfa.pywrap().TFE_Py_Execute(ctx._handle, None, "LogicalNot", [t], None, 1)
     np.testing.assert_array_equal(np.asarray(out[0]), [False, True])
     assert backend.stats()["ops"]["LogicalNot"]["backend"] == 1
+
+
+def test_nested_jit_compile_call_keeps_the_function_on_tensorflow(tf):
+    """Keras runs grouped convolutions in a nested jit_compile function; CPU TensorFlow has no
+    grouped Conv3D kernel without XLA, so inlining that call (or running it as a stock node)
+    fails where stock succeeds. The enclosing function runs whole on TensorFlow, with a reason."""
+    inner = tf.function(lambda x, w: tf.nn.conv3d(x, w, [1, 1, 1, 1, 1], "VALID"),
+                        jit_compile=True)
+
+    @tf.function
+    def outer(x, w):
+        return inner(x, w) * 2.0
+
+    x = tf.constant(np.random.default_rng(0).standard_normal((1, 4, 4, 4, 4)).astype(np.float32))
+    w = tf.constant(np.ones((2, 2, 2, 2, 4), np.float32))    # 2 input channels of 4: 2 groups
+    tf_backend.disable()
+    ref = outer(x, w).numpy()
+    tf_backend.reset_stats()
+    with tf_backend.enabled():
+        got = outer(x, w).numpy()
+        fns = tf_backend.stats()["functions"]
+    np.testing.assert_array_equal(got, ref)
+    assert [f["reason"] for f in fns.values()] == ["xla_must_compile"], fns

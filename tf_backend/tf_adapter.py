@@ -370,6 +370,15 @@ def _xla_marked(atomic_fn):
     return bool(av is not None and av.b)
 
 
+def call_must_compile(op):
+    """A call op (PartitionedCall...) to a `jit_compile=True` function: XLA must run it (Keras
+    runs grouped convolutions that way; CPU TensorFlow has no kernel for them without XLA)."""
+    try:
+        return bool(op.get_attr("_XlaMustCompile"))
+    except (ValueError, TypeError):
+        return False
+
+
 def atomic_fn_info(atomic_fn):
     """(name, FuncGraph) of an AtomicFunction."""
     name = atomic_fn.name

@@ -155,6 +155,8 @@ def _barrier(prog, op, nodes, added):
 def _inline_call(prog, graph, op, ins, ctrl, env, depth):
     if depth >= MAX_INLINE_DEPTH:
         raise Unlowerable("call_depth")
+    if tfa.call_must_compile(op):   # inlined, it would run without XLA; as a stock node too
+        raise Unlowerable("xla_must_compile")
     fname = op.get_attr("f").name
     callee = tfa.function_graph(fname, graph)
     sub_env = {}
