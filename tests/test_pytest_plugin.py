@@ -210,3 +210,21 @@ def test_conformance_kills_a_fork_chain(tmp_path):
     while any(_alive(p) for p in forked) and time.time() < deadline:
         time.sleep(0.2)
     assert not any(_alive(p) for p in forked)      # the whole chain went, not just its head
+
+
+def test_plugin_gives_xdist_workers_one_blas_thread(tmp_path):
+    """Under -n N the cores already run N workers: BLAS keeps to one thread in each."""
+    (tmp_path / "test_blas.py").write_text(textwrap.dedent("""
+        import os
+        from threadpoolctl import threadpool_info
+
+        def test_blas_threads():
+            n = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+            assert os.environ.get("PYTEST_XDIST_WORKER") and n and set(n) == {1}, n
+    """))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OPENBLAS_NUM_THREADS="2")
+    env.pop("TF_BACKEND", None)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "1",
+                        str(tmp_path / "test_blas.py"), "--tf-backend=on"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr

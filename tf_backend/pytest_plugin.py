@@ -40,6 +40,19 @@ def pytest_configure(config):
     if mode != "off":
         import tf_backend
         tf_backend.enable(mode)
+        if hasattr(config, "workerinput"):
+            _one_blas_thread()
+
+
+def _one_blas_thread():
+    """Under pytest-xdist every core already runs a worker: OpenBLAS's own threads, which spin
+    between calls, then only fight the other workers (a model-zoo MLP tf.function took 48 ms
+    per call with two BLAS threads on a loaded 2-core machine, 1.1 ms with one)."""
+    try:
+        from threadpoolctl import threadpool_limits
+        _state["blas_limit"] = threadpool_limits(limits=1, user_api="blas")
+    except Exception:  # no threadpoolctl or no BLAS found: nothing to limit
+        pass
 
 
 @pytest.hookimpl(hookwrapper=True)
