@@ -4,6 +4,7 @@ from numba import njit, prange
 
 from kernels import kernel
 from kernels.cpu.elementwise import PARALLEL_MIN
+from kernels.cpu.half_bits import _h2f_loop, narrow_into, widen
 from shape_fns.errors import Unsupported
 
 _j = njit(cache=True, nogil=True)
@@ -27,11 +28,6 @@ def _f2i(x, out, lim, imin):
 _f2i_s, _f2i_p = _j(_f2i), _jp(_f2i)
 
 
-def _widen(x):
-    """A float16/bfloat16 array as float32 (exact; bfloat16 subnormals kept, as TF's shift)."""
-    if x.dtype == np.float16:
-        return x.astype(np.float32)
-    return (x.view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def _flush(f):
@@ -41,11 +37,21 @@ def _flush(f):
 def _cast_half(x, out, src, dst):
     """Casts from or to float16/bfloat16 as Eigen's half types convert: everything goes through
     float32 (float64 and int64 sources round twice, as in TensorFlow)."""
+    if src == np.float16 and dst == np.float32:
+        if out.size:
+            _h2f_loop(x.view(np.uint16).reshape(-1), out.reshape(-1))
+        return
+    if src == np.float32 and dst == np.float16:
+        narrow_into(out, x)
+        return
+    if src.name == "bfloat16" and dst == np.float32:   # the top half of the float32 bits
+        np.left_shift(x.view(np.uint16), np.uint32(16), out=out.view(np.uint32), dtype=np.uint32)
+        return
     if src.name in _HALF:
         if dst == np.bool_:     # any nonzero bit pattern is true: NaN and subnormals too
             np.not_equal(x.view(np.uint16) & np.uint16(0x7FFF), 0, out=out)
             return
-        f = _widen(x)
+        f = widen(x)   # exact; bfloat16 subnormals kept, as TensorFlow's shift
         if dst == np.float64 and src.name == "bfloat16":
             f = _flush(f)   # DAZ on the way to double
         if dst.kind in "iu":
