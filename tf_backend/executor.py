@@ -322,9 +322,8 @@ def execute(node, vals):
             return [buf]
         try:
             return run_kernel(node.kdef, node.shape_fn, arrays, node.attrs, node.out_specs)
-        except Unsupported as u:   # declined at run time for these values: counted, explained
-            ledger.fallback(node.op, f"runtime:{u}")
-            return run_stock(node, vals)
+        except Unsupported as u:
+            return declined(node, [vals[s] for s in node.inputs], u)
     if kind == "stock":
         return run_stock(node, vals)
     if kind == "reads":
@@ -389,5 +388,16 @@ def _shadow(node, vals, arrays):
 
 
 def run_stock(node, vals):
-    ins = [as_tensor(vals[s]) for s in node.inputs]
+    return _stock(node, [vals[s] for s in node.inputs])
+
+
+def _stock(node, values):
+    ins = [as_tensor(v) for v in values]
     return tfa.execute_stock(node.op, ins, node.raw_attrs, len(node.outputs))
+
+
+def declined(node, values, why):
+    """A kernel declined these input values at run time (Unsupported): TensorFlow's kernel runs
+    them for this call, counted in the ledger with the reason."""
+    ledger.fallback(node.op, f"runtime:{why}")
+    return _stock(node, values)

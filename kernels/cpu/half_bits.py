@@ -12,6 +12,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from kernels.cpu.scalar import ftz
+
 _jit = njit(cache=True, nogil=True, inline="always", error_model="numpy")
 
 
@@ -89,10 +91,8 @@ def rnd_bf(x):
 
 @_jit
 def ftz32(x):
-    x = np.float32(x)
-    if abs(x) < np.float32(1.1754943508222875e-38):
-        return x * np.float32(0)
-    return x
+    """x as float32, subnormals flushed to (signed) zero."""
+    return ftz(np.float32(x))
 
 
 @njit(cache=True, nogil=True)

@@ -28,8 +28,6 @@ def _f2i(x, out, lim, imin):
 _f2i_s, _f2i_p = _j(_f2i), _jp(_f2i)
 
 
-
-
 def _flush(f):
     return np.where(np.abs(f) < _TINY32, np.copysign(np.float32(0), f), f)
 

@@ -321,16 +321,13 @@ _TH_A0, _TH_A1, _TH_A2, _TH_A3 = (_f32(1.394553628e-8), _f32(2.102733560e-5),
 _TH_B0, _TH_B1, _TH_B2, _TH_B3 = (_f32(8.015776984e-7), _f32(3.326951409e-4),
                                   _f32(2.597254514e-2), _f32(4.673548340e-1))
 _F1, _FHALF = _f32(1.0), _f32(0.5)
-_F32_MIN = _f32(1.1754943508222875e-38)
 
 
 @_jit
 def tanh32(a):
     """Eigen's ptanh_float: a [9/8] rational approximation on a clamped argument."""
-    x = a if a < _TH_CLAMP else _TH_CLAMP      # NaN stays NaN through both selects
-    x = x if x > -_TH_CLAMP else -_TH_CLAMP
-    x = a if a != a else x
-    x = x if abs(x) >= _F32_MIN else x * _f32(0.0)   # subnormal inputs read as (signed) zero
+    x = _TH_CLAMP if a > _TH_CLAMP else (-_TH_CLAMP if a < -_TH_CLAMP else a)   # NaN stays
+    x = ftz(x)
     x2 = x * x
     x3 = x2 * x
     p = ((_TH_A0 * x2 + _TH_A1) * x2 + _TH_A2) * x2 + _TH_A3
@@ -357,9 +354,7 @@ def _ln2_reduce(x):
 def exp32(a):
     """Eigen's pexp_float (m = floor(x log2 e + 1/2), Cody-Waite reduction, degree-6 polynomial),
     scaled by 2**m in two exact steps; subnormal results flush to zero as in TensorFlow."""
-    x = a if a < _EX_HI else _EX_HI
-    x = a if a != a else x
-    m, r = _ln2_reduce(x)
+    m, r = _ln2_reduce(_EX_HI if a > _EX_HI else a)
     r2 = r * r
     pe = r2 * _EX_P6 + _EX_P4
     po = r2 * _EX_P5 + _EX_P3
@@ -370,7 +365,7 @@ def exp32(a):
     mi = max(min(mi, np.int32(254)), np.int32(-254))
     h = mi >> 1
     y = y * _bits_f32((h + 127) << 23) * _bits_f32((mi - h + 127) << 23)
-    y = y if y >= _F32_MIN else _f32(0.0)
+    y = ftz(y)
     y = y if y >= a else a                      # exp(inf) = inf; NaN passes through
     return y if not a < _EX_LO else _f32(0.0)
 
@@ -393,7 +388,7 @@ def sigmoid32(a):
     mi = max(min(mi, np.int32(128)), np.int32(-127))
     e = p * _bits_f32((mi + 127) << 23)
     e = e * e
-    e = _f32(0.0) if e < _F32_MIN else e        # NaN stays NaN
+    e = ftz(e)
     return _f32(0.0) if a < _EX_LO else e / (_F1 + e)
 
 
@@ -409,7 +404,7 @@ _F16 = _f32(16.0)
 @_jit
 def erf32_eigen(a):
     """Eigen's generic_fast_erf<float>: an [11/10] rational approximation, clamped to [-1, 1]."""
-    x = a if abs(a) >= _F32_MIN else a * _f32(0.0)
+    x = ftz(a)
     x2 = x * x
     x2 = _F16 if x2 > _F16 else x2
     p = ((((_ER_A[0] * x2 + _ER_A[1]) * x2 + _ER_A[2]) * x2 + _ER_A[3]) * x2 + _ER_A[4]) * x2 + _ER_A[5]

@@ -55,12 +55,9 @@ def _merge(m, n, k):
     def run_epilogue(arrays, out_specs, out=None):
         try:
             buf = executor.run_kernel(m.kdef, m.shape_fn, arrays[:n_m], m.attrs, m.out_specs)[0]
-        except Unsupported as u:   # the kernel declined these values (e.g. Inf with padding):
-            # the producer runs on TensorFlow's kernel, the epilogue on ours, on a copy of its result
-            executor.ledger.fallback(m.op, f"runtime:{u}")
-            t = executor.tfa.execute_stock(m.op, [executor.as_tensor(a) for a in arrays[:n_m]],
-                                           m.raw_attrs, 1)[0]
-            buf = np.array(executor.as_numpy(t))
+        except Unsupported as u:   # e.g. Inf with padding: the producer runs on TensorFlow's
+            # kernel, the epilogue on ours, in a writable copy of its result
+            buf = np.array(executor.as_numpy(executor.declined(m, arrays[:n_m], u)[0]))
         ins = list(arrays[n_m:])
         ins.insert(k, buf)
         if n.kind == "fused":
