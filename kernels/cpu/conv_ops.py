@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import kernel
+from kernels.cpu import winograd
 from shape_fns import InvalidArgumentError, UnimplementedError, Unsupported
 from shape_fns.conv_ops import conv_geometry, nhwc_axes, to_nhwc
 
@@ -122,6 +123,8 @@ def conv_nhwc(x, f, out, g):
         xs = x if g.sh == g.sw == 1 else np.ascontiguousarray(x[:, ::g.sh, ::g.sw])
         np.matmul(xs.reshape(-1, C), w2, out=o2)
         return
+    if winograd.applies(x, f, g) and winograd.conv3x3(x, f, out, g):
+        return   # (a non-finite result is recomputed below, the direct way)
     step = max(1, COLS_MAX_BYTES // (OW * K * x.itemsize))   # image rows per chunk
     Q = N * OH
     step = min(step, Q)

@@ -34,6 +34,11 @@ CONV_SHAPES = [
     ((1, 2, 2, 3), (3, 3, 3, 4), S1, "SAME", S1, ()),          # filter larger than the input
     ((1, 3, 3, 3), (3, 3, 3, 2), S1, "VALID", S1, ()),          # 1x1 output
     ((1, 56, 56, 64), (3, 3, 64, 64), S1, "SAME", S1, ()),      # ResNet-sized layer
+    # Winograd F(2x2,3x3) (kernels/cpu/winograd.py): odd output sizes (partial edge tiles),
+    # batches, VALID, uneven explicit padding
+    ((2, 17, 23, 16), (3, 3, 16, 24), S1, "VALID", S1, ()),
+    ((3, 15, 11, 17), (3, 3, 17, 16), S1, "SAME", S1, ()),
+    ((1, 25, 30, 20), (3, 3, 20, 16), S1, "EXPLICIT", S1, (0, 0, 2, 0, 1, 3, 0, 0)),
 ]
 
 
