@@ -361,3 +361,106 @@ def test_inplace_never_writes_a_buffer_still_read_through_a_view(tf):
     prog = _program(tf, g, x)
     passes.optimize(prog)
     assert any(n.inplace is not None for n in prog.nodes), prog.dump()
+
+
+def _bn_vars(tf, rng, c):
+    mk = lambda v: tf.Variable(v.astype(np.float32))  # noqa: E731
+    return (mk(rng.random(c) + 0.5), mk(rng.standard_normal(c)), mk(rng.standard_normal(c)),
+            mk(rng.random(c) + 0.1))
+
+
+def test_memo_computes_weight_derived_values_once_per_weight_change(tf, monkeypatch):
+    """Per-channel values computed from variables only (Keras-style batch-norm parameters,
+    a reshaped bias) are rerun only when a variable's buffer changes: after assign,
+    assign_add, an optimizer step and a scatter update (copy-on-read), results follow stock."""
+    from tf_backend import executor
+    from tf_backend.program.passes import memo
+    rng = np.random.default_rng(11)
+    gamma, beta, mean, var = _bn_vars(tf, rng, 8)
+    filt = tf.Variable(rng.standard_normal((3, 3, 4, 8)).astype(np.float32) * 0.3)
+    bias = tf.Variable(rng.standard_normal(8).astype(np.float32))
+    x = tf.constant(rng.standard_normal((1, 6, 6, 4)).astype(np.float32))
+
+    def f(x):
+        y = tf.nn.conv2d(x, filt, 1, "SAME") + tf.squeeze(tf.reshape(bias, [1, 1, 1, 8]))
+        inv = tf.math.rsqrt(tf.reshape(var, [1, 1, 1, 8]) + 1e-3) * tf.reshape(gamma, [1, 1, 1, 8])
+        return tf.nn.relu(y * inv + (tf.reshape(beta, [1, 1, 1, 8])
+                                     - tf.reshape(mean, [1, 1, 1, 8]) * inv))
+
+    prog = _program(tf, f, x)
+    passes.optimize(prog)
+    memos = [n for n in prog.nodes if n.kind == "memo"]
+    assert len(memos) == 1, prog.dump()
+    inner = {n.op for n in memos[0].attrs["nodes"]}
+    assert "Reshape" in inner and "Squeeze" in inner, prog.dump()
+    assert any(op == "Reshape" for op, (n, _) in prog.op_counts.items()), "ledger lost them"
+    assert "Conv2D+epilogue" in [n.op for n in prog.nodes]
+
+    ran = []
+    orig = executor.step
+
+    def counting(node, vals, failed):
+        ran.append(node.op)
+        return orig(node, vals, failed)
+
+    monkeypatch.setattr(executor, "step", counting)
+    fn = tf.function(f)
+
+    def check(tag):
+        with tf_backend.enabled():
+            ours = np.asarray(fn(x))
+        tf_backend.disable()
+        np.testing.assert_allclose(ours, np.asarray(fn(x)), rtol=1e-5, atol=1e-5, err_msg=tag)
+        return ours
+
+    functions.clear_cache()
+    first = check("first call")
+    ran.clear()
+    check("unchanged weights")
+    assert "Squeeze" not in ran and "Reshape" not in ran, ran      # a hit: nothing recomputed
+    gamma.assign(gamma * 3.0)
+    ran.clear()
+    second = check("after assign")
+    assert "Reshape" in ran
+    assert not np.allclose(first, second)
+    bias.assign_add(tf.ones(8))
+    check("after assign_add")
+    opt = tf.keras.optimizers.SGD(0.5) if hasattr(tf, "keras") else None
+    if opt is not None:
+        opt.apply_gradients([(tf.ones(8), beta)])
+        check("after an optimizer step")
+    mean.scatter_nd_update([[0], [5]], [4.0, -4.0])     # puts the variable in copy-on-read mode
+    check("after a scatter update")
+    check("again, copy-on-read")
+
+    assert memo.MIN_NODES >= 2
+
+
+def test_memo_error_in_a_weight_derived_node_names_that_node(tf):
+    """A failing node inside the memo region raises the stock error class naming the node,
+    and the next call (weights fixed) works."""
+    rng = np.random.default_rng(2)
+    _, beta, mean, var = _bn_vars(tf, rng, 6)
+    gamma = tf.Variable(rng.random(6).astype(np.float32), shape=tf.TensorShape([None]))
+    x = tf.constant(rng.standard_normal((2, 3, 3, 6)).astype(np.float32))
+
+    def f(x):
+        g = tf.reshape(gamma, [1, 1, 1, 6])
+        return x * tf.reshape(var, [1, 1, 1, 6]) * g + tf.reshape(beta + mean, [1, 1, 1, 6]) + g
+
+    prog = _program(tf, f, x)
+    passes.optimize(prog)
+    assert any(n.kind == "memo" for n in prog.nodes), prog.dump()
+    fn = tf.function(f)
+    functions.clear_cache()
+    with tf_backend.enabled():
+        ok = np.asarray(fn(x))
+        gamma.assign(np.ones(7, np.float32))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="Reshape") as e:
+            fn(x)
+        assert "7 values" in str(e.value)
+        gamma.assign(np.ones(6, np.float32))
+        again = np.asarray(fn(x))
+    tf_backend.disable()
+    np.testing.assert_allclose(again, np.asarray(fn(x)), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(ok, again)

@@ -8,6 +8,7 @@ too, so a run always makes progress whatever the pool is doing. Sub-programs (If
 bodies) run serially on the thread that reached them. Eager ops use `run_kernel` directly: one
 kernel-invocation path for eager dispatch and programs.
 """
+import math
 import os
 import queue
 import threading
@@ -328,6 +329,8 @@ def execute(node, vals):
         return run_stock(node, vals)
     if kind == "reads":
         return tfa.read_variables([vals[s] for s in node.inputs], node.raw_attrs)
+    if kind == "memo":
+        return node.fn(vals)
     if kind == "alias":
         return [vals[s] for s in node.inputs]
     if kind == "noop":
@@ -355,9 +358,12 @@ VIEW_OPS = {"Reshape", "Squeeze", "ExpandDims"}
 
 
 def _view(node, arrays):
-    specs = node.out_specs or node.shape_fn(
-        [Spec(a.shape, a.dtype, a) for a in arrays], node.attrs)
     a = arrays[0]
+    specs = node.out_specs
+    if specs is None or math.prod(specs[0].shape) != a.size:
+        # no static shape, or an input whose size changed since (a variable of unknown shape):
+        # the shape function checks it and raises TensorFlow's error
+        specs = node.shape_fn([Spec(v.shape, v.dtype, v) for v in arrays], node.attrs)
     if not a.flags.c_contiguous:
         a = np.ascontiguousarray(a) if a.ndim else a.copy()
     return [a.reshape(specs[0].shape)]

@@ -164,6 +164,18 @@ def to_numpy(t):
     return a
 
 
+def buffer_addresses(values):
+    """The data address of each value (numpy array or EagerTensor), or None when one has no
+    stable buffer (a 0-d tensor comes back from TensorFlow as a fresh numpy scalar)."""
+    out = []
+    for v in values:
+        a = v if type(v) is np.ndarray else v._numpy_internal()
+        if type(a) is not np.ndarray:
+            return None
+        out.append(a.ctypes.data)
+    return tuple(out)
+
+
 def numpy_views(tensors):
     """to_numpy over a sequence, in one call (the eager hot path)."""
     out = []

@@ -9,6 +9,7 @@ Node kinds:
   if / while / case   control flow over sub-programs
   fused   a generated kernel for an elementwise chain (fusion pass)
   reads   many ReadVariableOps in one TensorFlow call (batch_reads pass; raw_attrs: dtypes)
+  memo    weight-derived kernel/fused nodes (attrs["nodes"]), rerun only when a read changed
 """
 from shape_fns.spec import fmt_shape
 
@@ -104,7 +105,7 @@ class Program:
                 self.succs[p].append(n.id)
             self.dep_counts[n.id] = len(preds)
         counts = {}
-        for n in self.nodes:
+        for n in self._counted_nodes():
             if n.kind == "kernel":
                 counts.setdefault(n.op, [0, {}])[0] += 1
             elif n.kind == "fused":
@@ -115,6 +116,13 @@ class Program:
                 r[n.reason] = r.get(n.reason, 0) + (len(n.outputs) if n.kind == "reads" else 1)
         self.op_counts = counts
         return self
+
+    def _counted_nodes(self):
+        for n in self.nodes:
+            if n.kind == "memo":
+                yield from n.attrs["nodes"]
+            else:
+                yield n
 
     def dump(self):
         """Readable text form (TF_BACKEND_DUMP)."""
@@ -144,6 +152,11 @@ class Program:
                          f"[{n.name}] {' '.join(extra)}".rstrip())
             for i, sub in enumerate(n.subs):
                 lines.extend("      " + l for l in sub.dump().splitlines())
+            if n.kind == "memo":
+                for m in n.attrs["nodes"]:
+                    mo = ", ".join(slot(s) for s in m.outputs)
+                    mi = ", ".join(f"%{s}" for s in m.inputs)
+                    lines.append(f"      {mo} = {m.kind}:{m.op}({mi})  [{m.name}]")
         lines.append("  outputs: " + ", ".join(f"%{s}" for s in self.outputs))
         for note in self.notes:
             lines.append(f"  # {note}")

@@ -5,13 +5,13 @@ TF_BACKEND_DISABLE_PASSES=fuse_elementwise,const_fold turns passes off (for A/B 
 import os
 
 from . import (batch_reads, canonicalize, const_fold, dce, epilogue, fuse_elementwise, identity,
-               inplace, schedule, shapes)
+               inplace, memo, schedule, shapes)
 
 PIPELINE = (identity, canonicalize, shapes, const_fold, dce, batch_reads, fuse_elementwise,
-            epilogue, inplace, schedule)
+            epilogue, memo, inplace, schedule)
 
 
-SHADOW_OFF = {"canonicalize", "fuse_elementwise", "epilogue", "inplace", "batch_reads"}
+SHADOW_OFF = {"canonicalize", "fuse_elementwise", "epilogue", "inplace", "batch_reads", "memo"}
 
 
 def enabled_passes():
