@@ -464,3 +464,36 @@ def test_memo_error_in_a_weight_derived_node_names_that_node(tf):
     tf_backend.disable()
     np.testing.assert_allclose(again, np.asarray(fn(x)), rtol=1e-5, atol=1e-6)
     assert not np.allclose(ok, again)
+
+
+def test_winograd_filter_cache_follows_variable_updates(tf):
+    """A 3x3 filter variable read through a program is transformed once and cached; assign,
+    assign_add and an optimizer step all show in the next call (eager and tf.function)."""
+    from kernels.cpu import winograd
+    rng = np.random.default_rng(4)
+    filt = tf.Variable(rng.uniform(-1, 1, (3, 3, 16, 16)).astype(np.float32))
+    x = tf.constant(rng.uniform(-1, 1, (1, 20, 20, 16)).astype(np.float32))
+
+    def f(x):
+        return tf.nn.conv2d(x, filt, 1, "SAME")
+
+    fn = tf.function(f)
+    winograd.clear_cache()
+    functions.clear_cache()
+    n = 16 * 3 * 3 * 16
+    opt = tf.keras.optimizers.SGD(0.1)
+    for step in range(4):
+        with tf_backend.enabled():
+            ours, eager = np.asarray(fn(x)), np.asarray(f(x))
+        assert len(winograd._cache) >= 1, "the variable's filter was not cached"
+        tf_backend.disable()
+        ref = np.asarray(fn(x))
+        np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-4 * np.sqrt(n) / 10)
+        np.testing.assert_allclose(eager, ref, rtol=1e-4, atol=1e-4 * np.sqrt(n) / 10)
+        if step == 0:
+            filt.assign(filt * -2.0)
+        elif step == 1:
+            filt.assign_add(tf.ones_like(filt))
+        elif step == 2:
+            opt.apply_gradients([(tf.ones_like(filt), filt)])
+    winograd.clear_cache()

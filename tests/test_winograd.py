@@ -101,3 +101,45 @@ def test_not_used_where_it_does_not_pay():
     assert case((1, 14, 14, 256), (3, 3, 256, 256))         # 49 tiles
     assert not case((1, 7, 7, 512), (3, 3, 512, 512))       # 16 tiles: weight-bound
     del rng
+
+
+def _foreign(a):
+    """A read-only array over memory numpy does not own, as a view of a TensorFlow tensor is."""
+    v = np.frombuffer(a.tobytes(), a.dtype).reshape(a.shape)
+    assert not v.flags.writeable and isinstance(v.base.base, bytes)
+    return v
+
+
+def test_transformed_filters_cached_only_for_foreign_read_only_memory(monkeypatch):
+    rng = np.random.default_rng(9)
+    x = rng.uniform(-1, 1, (1, 20, 20, 16)).astype(np.float32)
+    f = rng.uniform(-1, 1, (3, 3, 16, 16)).astype(np.float32)
+    g = _geom(x.shape, f.shape)
+    winograd.clear_cache()
+    calls = []
+    real = winograd._filter
+    monkeypatch.setattr(winograd, "_filter", lambda a, u: (calls.append(1), real(a, u)))
+    out = np.empty((1, 20, 20, 16), np.float32)
+    ref = np.empty_like(out)
+    assert winograd.conv3x3(x, f, ref, g)
+    for arr in (f, f.view()):                    # ours: transformed every call
+        n = len(calls)
+        assert winograd.conv3x3(x, arr, out, g) and len(calls) == n + 1
+    ro = f.view()
+    ro.flags.writeable = False                   # a read-only view of ours: still every call
+    n = len(calls)
+    assert winograd.conv3x3(x, ro, out, g) and len(calls) == n + 1
+    tf_like = _foreign(f)
+    n = len(calls)
+    for _ in range(3):
+        assert winograd.conv3x3(x, tf_like, out, g)
+        assert np.array_equal(out, ref)
+    assert len(calls) == n + 1                   # cached after the first
+    other = _foreign(f * 2)                      # another buffer: its own transform
+    assert winograd.conv3x3(x, other, out, g) and len(calls) == n + 2
+    assert np.allclose(out, 2 * ref, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(winograd, "CACHE_BYTES", 0)   # over budget: only the newest is kept
+    third = _foreign(f * 3)
+    assert winograd.conv3x3(x, third, out, g)
+    assert len(winograd._cache) == 1
+    winograd.clear_cache()
