@@ -6,7 +6,8 @@ summed over input channels, is 16 GEMMs of (tiles x C) @ (C x CO): 16 multiplies
 channel pair instead of im2col's 36, and the input is expanded 4x instead of 9x. Inside
 ResNet-50 (batch 1, 2 cores, between its 1x1 convolutions) the 3x3 layers took, against
 im2col + GEMM: 56x56x64 and 28x28x128 about 0.5x, 14x14x256 0.75x (49 tiles), 7x7x512 1.0x
-(16 tiles, bound by reading the 16 transformed weight matrices): hence TILES_MIN.
+(16 tiles, bound by reading the 16 transformed weight matrices) or 0.8x with the transformed
+filter cached (below): hence TILES_MIN and CACHED_TILES_MIN.
 
 Numerics: the transforms only add, subtract and halve, so the error is of the same order as a
 direct sum (measured 0.8-1.4x im2col's distance from a float64 result on random data), inside
@@ -30,10 +31,12 @@ import numpy as np
 from numba import njit, prange
 
 TILES_MIN = 40                # tiles per call below which the 16 small GEMMs lose to one GEMM
+CACHED_TILES_MIN = 16         # ... unless the transformed filter comes from the cache
 CHANNELS_MIN = 16             # a narrow K or N makes the 16 GEMMs inefficient
 CHUNK_BYTES = 16 << 20        # transformed input per chunk of tile rows
 PARALLEL_MIN = 1 << 21        # transformed elements; below this the transforms run on one thread
-CACHE_BYTES = 64 << 20       # transformed filters kept (least recently used go first)
+CACHE_BYTES = 128 << 20      # transformed filters kept (least recently used go first);
+                             # ResNet-50's 3x3 layers take 80 MiB (16/9 of their weights)
 _tls = threading.local()
 _cache = collections.OrderedDict()   # key -> (filter view held, U)
 _cache_lock = threading.Lock()
@@ -48,7 +51,8 @@ def applies(x, f, g):
         return False
     if f.shape[2] < CHANNELS_MIN or f.shape[3] < CHANNELS_MIN:
         return False
-    return x.shape[0] * ((g.oh + 1) // 2) * ((g.ow + 1) // 2) >= TILES_MIN
+    tiles = x.shape[0] * ((g.oh + 1) // 2) * ((g.ow + 1) // 2)
+    return tiles >= TILES_MIN or (tiles >= CACHED_TILES_MIN and _cacheable(f))
 
 
 def _buf(slot, shape):
@@ -195,6 +199,10 @@ def conv3x3(x, f, out, g):
     return True
 
 
+def _cacheable(f):
+    return not f.flags.writeable and _foreign_owner(f)
+
+
 def _foreign_owner(a):
     """True when the memory under `a` (through any chain of views) belongs to an object that is
     not a numpy array: a TensorFlow tensor's buffer (see the module doc). Our own arrays and
@@ -207,7 +215,7 @@ def _foreign_owner(a):
 def _filter_cached(f):
     """The transformed filter from the cache (computed and stored on a miss), or None when `f`
     is not cacheable."""
-    if f.flags.writeable or not _foreign_owner(f):
+    if not _cacheable(f):
         return None
     key = (f.__array_interface__["data"][0], f.shape, f.strides)
     with _cache_lock:
