@@ -288,6 +288,90 @@ def test_schedule_keeps_blas_nodes_serial_on_small_machines(tf, monkeypatch):
         assert [n.heavy for n in p.nodes if n.op.startswith("MatMul")] == [not serial] * 2
 
 
+def test_concurrent_heavy_nodes_leave_blas_thread_count_alone(tf, monkeypatch):
+    """Concurrent branches (elementwise and, where BLAS nodes may be heavy, GEMMs) give stock's
+    results and leave numpy's BLAS with its thread count (once changed from two threads at
+    once, OpenBLAS stayed at one thread: every later GEMM at half speed)."""
+    from threadpoolctl import threadpool_info
+
+    from tf_backend import executor
+    from tf_backend.program.passes import schedule
+
+    def blas_threads():   # every OpenBLAS loaded (numpy's, and scipy's where Keras loaded it)
+        return {i["filepath"]: i["num_threads"] for i in threadpool_info()
+                if i["internal_api"] == "openblas"}
+
+    rng = np.random.default_rng(0)
+    x, y = [tf.constant(rng.standard_normal((200, 500)).astype(np.float32)) for _ in range(2)]
+    w = tf.constant(rng.standard_normal((500, 300)).astype(np.float32))
+
+    def f(x, y):
+        a = tf.reduce_sum(tf.exp(x * 0.01) * tf.sin(x) + tf.cos(x * 0.5), axis=1)
+        c = tf.reduce_sum(tf.exp(y * 0.01) * tf.sin(y) + tf.cos(y * 0.5), axis=1)
+        return a + c, tf.matmul(x, w) + tf.matmul(y * 2.0, w)
+
+    before = blas_threads()
+    assert before, "no OpenBLAS found"
+    fn = tf.function(f)
+    ref = [np.asarray(t) for t in fn(x, y)]
+    executor.set_threads(2)
+    try:
+        for serial in (True, False):
+            monkeypatch.setattr(schedule, "SERIAL_BLAS", serial)
+            functions.clear_cache()
+            with tf_backend.enabled():
+                for _ in range(20):
+                    got = [np.asarray(t) for t in fn(x, y)]
+            for g, r in zip(got, ref):
+                np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-4)
+            after = blas_threads()
+            assert {k: after[k] for k in before} == before
+    finally:
+        executor.set_threads(executor.default_threads())
+        functions.clear_cache()
+
+
+def test_heavy_blas_node_beside_another_is_held_to_one_thread_on_its_own_thread():
+    """The limit is OpenBLAS's per-thread count: set on entry when another heavy node runs,
+    restored on exit; the process-wide count never changes."""
+    import threading
+    import types
+
+    from threadpoolctl import threadpool_info
+
+    from tf_backend import executor
+    local = executor._blas_local()
+    if not local:
+        pytest.skip("numpy's BLAS is not an OpenBLAS with openblas_set_num_threads_local")
+    counts = lambda: {i["filepath"]: i["num_threads"] for i in threadpool_info()}  # noqa: E731
+    before = counts()
+    gemm, ew = types.SimpleNamespace(op="Conv2D+epilogue"), types.SimpleNamespace(op="Fused")
+    seen = {}
+
+    def other():
+        alone = executor._heavy_enter(gemm)           # the only heavy node: BLAS keeps its threads
+        seen["alone"] = alone
+        executor._heavy_exit(alone)
+        first = executor._heavy_enter(ew)
+        second = executor._heavy_enter(gemm)          # beside it: one thread, on this thread only
+        seen["beside"] = second
+        seen["inside"] = local(second)                # what the node ran with (and set it back)
+        local(1)
+        executor._heavy_exit(second)
+        now = local(2)                                # restored on exit
+        local(now)
+        seen["after"] = now
+        executor._heavy_exit(first)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen["alone"] is None and seen["beside"] is not None
+    assert seen["inside"] == 1 and seen["after"] == seen["beside"]
+    assert executor._heavy["active"] == 0
+    assert counts() == before
+
+
 def test_batch_reads_one_call_for_inference_reads_only(tf):
     """Inference: every ReadVariableOp becomes one TensorFlow call; values follow assignments
     made between calls. A program that writes a variable keeps its reads in program order."""

@@ -106,37 +106,56 @@ class Pool:
 _pool = None
 _pool_lock = threading.Lock()
 
-# The thread budget: while two or more heavy nodes execute at once, BLAS is held to one thread
-# (numba workers already use one), so the cores are not oversubscribed; with one heavy node
-# running, BLAS has its own threads back.
-_heavy = {"active": 0, "lib": None, "default": None}
+# The thread budget: a BLAS-backed node that starts while another heavy node runs holds its own
+# BLAS calls to one thread (numba workers already use one), so the cores are not oversubscribed.
+# The limit is OpenBLAS's per-thread count (openblas_set_num_threads_local), set and restored on
+# the thread that runs the node. Changing the process-wide count instead, from several threads,
+# left numpy's OpenBLAS at one thread for good after a program with concurrent branches
+# (OpenBLAS 0.3.31; every later GEMM ran at half speed, ResNet-50 1.6x slower).
+_heavy = {"active": 0, "local": None}
 _heavy_lock = threading.Lock()
+_BLAS_OPS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D",
+             "Conv2DBackpropInput", "Conv2DBackpropFilter", "Einsum"}
 
 
-def _blas_lib():
-    if _heavy["lib"] is None:
+def _blas_local():
+    """numpy's OpenBLAS `openblas_set_num_threads_local`, or False where there is none."""
+    if _heavy["local"] is None:
+        fn = False
         try:
+            import ctypes
             from threadpoolctl import ThreadpoolController
-            libs = ThreadpoolController().select(user_api="blas").lib_controllers
-            _heavy["lib"] = libs[0] if libs else False
-            _heavy["default"] = libs[0].num_threads if libs else None
-        except Exception:  # no threadpoolctl or no BLAS found: nothing to coordinate
-            _heavy["lib"] = False
-    return _heavy["lib"]
+            npdir = os.path.realpath(os.path.dirname(np.__file__))   # wheels: numpy.libs/
+            for c in ThreadpoolController().select(internal_api="openblas").lib_controllers:
+                if os.path.realpath(c.filepath).startswith(npdir):
+                    lib = ctypes.CDLL(c.filepath)
+                    if hasattr(lib, "openblas_set_num_threads_local"):
+                        fn = lib.openblas_set_num_threads_local
+                        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+                        break
+        except Exception:  # noqa: BLE001 - no threadpoolctl or no OpenBLAS: nothing to hold
+            fn = False
+        _heavy["local"] = fn
+    return _heavy["local"]
 
 
-def _heavy_enter():
+def _heavy_enter(node):
+    """Returns the BLAS thread count to restore on this thread, or None."""
     with _heavy_lock:
         _heavy["active"] += 1
-        if _heavy["active"] == 2 and _blas_lib():
-            _heavy["lib"].set_num_threads(1)
+        busy = _heavy["active"] >= 2
+    if busy and node.op.split("+", 1)[0] in _BLAS_OPS:
+        local = _blas_local()
+        if local:
+            return local(1)
+    return None
 
 
-def _heavy_exit():
+def _heavy_exit(restore):
     with _heavy_lock:
         _heavy["active"] -= 1
-        if _heavy["active"] == 1 and _blas_lib():
-            _heavy["lib"].set_num_threads(_heavy["default"])
+    if restore is not None:
+        _heavy["local"](restore)
 
 
 def default_threads():
@@ -179,11 +198,11 @@ class _Run:
         while local:
             n = local.pop()
             if nodes[n].heavy:
-                _heavy_enter()
+                restore = _heavy_enter(nodes[n])
                 try:
                     step(nodes[n], self.vals, self.failed)
                 finally:
-                    _heavy_exit()
+                    _heavy_exit(restore)
             else:
                 step(nodes[n], self.vals, self.failed)
             ready = []
