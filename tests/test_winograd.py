@@ -104,7 +104,9 @@ def test_not_used_where_it_does_not_pay():
                        {"strides": [1, 1, 1, 1], "padding": "SAME", "dilations": [1, 1, 1, 1],
                         "data_format": "NHWC", "explicit_paddings": []}, "Conv2D", np.float32)[0]
     f7 = _foreign(np.zeros((3, 3, 512, 512), np.float32))
-    assert winograd.applies(np.zeros((1, 7, 7, 512), np.float32), f7, g7)   # ... unless cached
+    x7 = np.zeros((1, 7, 7, 512), np.float32)
+    assert winograd.applies(x7, f7, g7, cache=True)         # ... unless cached
+    assert not winograd.applies(x7, f7.copy(), g7, cache=True)   # (ours: never cached)
     del rng
 
 
@@ -129,22 +131,26 @@ def test_transformed_filters_cached_only_for_foreign_read_only_memory(monkeypatc
     assert winograd.conv3x3(x, f, ref, g)
     for arr in (f, f.view()):                    # ours: transformed every call
         n = len(calls)
-        assert winograd.conv3x3(x, arr, out, g) and len(calls) == n + 1
+        assert winograd.conv3x3(x, arr, out, g, cache=True) and len(calls) == n + 1
     ro = f.view()
     ro.flags.writeable = False                   # a read-only view of ours: still every call
     n = len(calls)
-    assert winograd.conv3x3(x, ro, out, g) and len(calls) == n + 1
+    assert winograd.conv3x3(x, ro, out, g, cache=True) and len(calls) == n + 1
     tf_like = _foreign(f)
     n = len(calls)
-    for _ in range(3):
+    for _ in range(2):                           # not asked to cache: every call
         assert winograd.conv3x3(x, tf_like, out, g)
+    assert len(calls) == n + 2 and not winograd._cache
+    n = len(calls)
+    for _ in range(3):
+        assert winograd.conv3x3(x, tf_like, out, g, cache=True)
         assert np.array_equal(out, ref)
     assert len(calls) == n + 1                   # cached after the first
     other = _foreign(f * 2)                      # another buffer: its own transform
-    assert winograd.conv3x3(x, other, out, g) and len(calls) == n + 2
+    assert winograd.conv3x3(x, other, out, g, cache=True) and len(calls) == n + 2
     assert np.allclose(out, 2 * ref, rtol=1e-5, atol=1e-5)
     monkeypatch.setattr(winograd, "CACHE_BYTES", 0)   # over budget: only the newest is kept
     third = _foreign(f * 3)
-    assert winograd.conv3x3(x, third, out, g)
+    assert winograd.conv3x3(x, third, out, g, cache=True)
     assert len(winograd._cache) == 1
     winograd.clear_cache()

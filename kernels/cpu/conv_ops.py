@@ -112,7 +112,7 @@ def _check_padded(a, g, first):
             raise Unsupported("nonfinite_with_padding")
 
 
-def conv_nhwc(x, f, out, g):
+def conv_nhwc(x, f, out, g, filter_is_variable=False):
     N, H, W, C = x.shape
     KH, KW, _, CO = f.shape
     OH, OW = out.shape[1], out.shape[2]
@@ -123,7 +123,8 @@ def conv_nhwc(x, f, out, g):
         xs = x if g.sh == g.sw == 1 else np.ascontiguousarray(x[:, ::g.sh, ::g.sw])
         np.matmul(xs.reshape(-1, C), w2, out=o2)
         return
-    if winograd.applies(x, f, g) and winograd.conv3x3(x, f, out, g):
+    if (winograd.applies(x, f, g, filter_is_variable)
+            and winograd.conv3x3(x, f, out, g, filter_is_variable)):
         return   # (a non-finite result is recomputed below, the direct way)
     step = max(1, COLS_MAX_BYTES // (OW * K * x.itemsize))   # image rows per chunk
     Q = N * OH
@@ -247,7 +248,7 @@ def conv2d(inputs, outputs, attrs):
         return
     dst, finish = nhwc_out(out, fmt)
     with np.errstate(all="ignore"):
-        conv_nhwc(nhwc_in(x, fmt), f, dst, g)
+        conv_nhwc(nhwc_in(x, fmt), f, dst, g, attrs.get("_filter_is_variable", False))
     _check_padded(f, g, dst.reshape(-1, dst.shape[-1])[0])
     finish()
 

@@ -16,13 +16,16 @@ patch's other outputs through the transforms (Inf - Inf), and a near-overflow in
 in them; so when any output is not finite, `conv3x3` reports it and the caller recomputes the
 convolution the direct way.
 
-Transformed filters are cached when the filter is read-only memory owned outside numpy (a view
-of a TensorFlow tensor: a variable's current value). TensorFlow does not write a buffer that
-something else still references (an assignment or optimizer update to a shared buffer copies
-to a new one), and the cache holds the view, so the same address, shape and strides mean the
-same values. Inside ResNet-50 the transform of a 3x3x256x256 filter read cold from memory took
-about 1 ms per call, close to the convolution's GEMMs. Our own arrays (writable, or read-only
-views of ours, which buffer reuse may rewrite) are transformed on every call.
+Transformed filters are cached when the caller says the filter is a variable read by a program
+that writes no variables (an inference function: tf_backend's batch_reads pass marks such
+Conv2D nodes) and the filter is read-only memory owned outside numpy (a view of a TensorFlow
+tensor). TensorFlow does not write a buffer that something else still references (an
+assignment or optimizer update to a shared buffer copies to a new one), and the cache holds the
+view, so the same address, shape and strides mean the same values. Inside ResNet-50 the
+transform of a 3x3x256x256 filter read cold from memory took about 1 ms per call, close to the
+convolution's GEMMs. Everything else (eager calls, training functions, whose filters change
+every step and whose held buffers would make each update a copy, and our own arrays) is
+transformed on every call.
 """
 import collections
 import threading
@@ -43,8 +46,9 @@ _cache_lock = threading.Lock()
 _cache_size = [0]
 
 
-def applies(x, f, g):
-    """True when this algorithm is used for Conv2D(x, f) with geometry g (NHWC, float32)."""
+def applies(x, f, g, cache=False):
+    """True when this algorithm is used for Conv2D(x, f) with geometry g (NHWC, float32);
+    `cache`: the filter may be cached (see the module doc)."""
     if x.dtype != np.float32 or f.dtype != np.float32:
         return False
     if f.shape[0] != 3 or f.shape[1] != 3 or g.sh != 1 or g.sw != 1 or g.dh != 1 or g.dw != 1:
@@ -52,7 +56,7 @@ def applies(x, f, g):
     if f.shape[2] < CHANNELS_MIN or f.shape[3] < CHANNELS_MIN:
         return False
     tiles = x.shape[0] * ((g.oh + 1) // 2) * ((g.ow + 1) // 2)
-    return tiles >= TILES_MIN or (tiles >= CACHED_TILES_MIN and _cacheable(f))
+    return tiles >= TILES_MIN or (cache and tiles >= CACHED_TILES_MIN and _cacheable(f))
 
 
 def _buf(slot, shape):
@@ -173,16 +177,17 @@ _out_p = njit(cache=True, nogil=True, parallel=True)(_output_transform)
 _filter = njit(cache=True, nogil=True)(_filter_transform)
 
 
-def conv3x3(x, f, out, g):
+def conv3x3(x, f, out, g, cache=False):
     """out <- Conv2D(x, f) (NHWC float32, 3x3, stride 1, no dilation, `applies`). Returns False
-    when an output is not finite: `out` is then partly written and must be recomputed."""
+    when an output is not finite: `out` is then partly written and must be recomputed. `cache`:
+    the filter may be cached (see the module doc)."""
     N, _, _, C = x.shape
     CO = f.shape[3]
     OH, OW = out.shape[1], out.shape[2]
     TH, TW = (OH + 1) // 2, (OW + 1) // 2
     P = N * TH
     step = max(1, min(P, CHUNK_BYTES // (16 * TW * max(C, CO) * 4)))   # tile rows per chunk
-    U = _filter_cached(f)
+    U = _filter_cached(f) if cache else None
     if U is None:
         U = _buf(0, (16, C, CO))
         _filter(f, U)

@@ -54,4 +54,15 @@ def run(prog):
             nodes.append(n)
     prog.nodes = nodes
     prog.notes.append(f"batch_reads: {len(reads)} ReadVariableOps -> one TensorFlow call")
+    _mark_variable_filters(prog, set(batch.outputs))
     return prog
+
+
+def _mark_variable_filters(prog, read_slots):
+    """Conv2D nodes whose filter is a variable read here: with no variable writes in the
+    program, the Winograd kernel may keep the filter's transform between calls
+    (kernels/cpu/winograd.py; training programs and eager calls transform every call)."""
+    for n in prog.nodes:
+        if n.kind == "kernel" and n.op == "Conv2D" and len(n.inputs) == 2 \
+                and n.inputs[1] in read_slots:
+            n.attrs = {**n.attrs, "_filter_is_variable": True}
