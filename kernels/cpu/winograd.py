@@ -10,7 +10,7 @@ im2col + GEMM: 56x56x64 and 28x28x128 about 0.5x, 14x14x256 0.75x (49 tiles), 7x
 filter cached (below): hence TILES_MIN and CACHED_TILES_MIN.
 
 Numerics: the transforms only add, subtract and halve, so the error is of the same order as a
-direct sum (measured 0.8-1.4x im2col's distance from a float64 result on random data), inside
+direct sum (measured 0.5-1.4x im2col's distance from a float64 result on random data), inside
 the convolution bound of tf_backend.numerics. An Inf or NaN anywhere in a patch spreads to the
 patch's other outputs through the transforms (Inf - Inf), and a near-overflow input can overflow
 in them; so when any output is not finite, `conv3x3` reports it and the caller recomputes the
