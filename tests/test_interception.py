@@ -194,6 +194,17 @@ def test_other_cpu_device_falls_back():
     assert "CPU:1" in r.stdout and "device_placement" in r.stdout
 
 
+def test_only_this_process_cpu0_counts_as_ours():
+    """Another task's CPU:0 (a remote worker) is not ours, though its name ends in CPU:0."""
+    from tf_backend import tf_adapter as tfa
+    ours = ["", "CPU:0", "/cpu:0", "/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:0"]
+    not_ours = ["/job:worker/replica:0/task:1/device:CPU:0",
+                "/job:localhost/replica:0/task:1/device:CPU:0",
+                "/job:localhost/replica:0/task:0/device:CPU:1", "/device:GPU:0", "/xyzCPU:0"]
+    assert [tfa.device_is_cpu(d) for d in ours] == [True] * len(ours)
+    assert [tfa.device_is_cpu(d) for d in not_ours] == [False] * len(not_ours)
+
+
 def test_run_functions_eagerly_goes_through_kernels(backend, tf):
     @tf.function
     def f(x):

@@ -2,6 +2,7 @@
 
 Verified against the TensorFlow versions in VERIFIED. Facts it relies on: ../shared/DESIGN.md §2-3.
 """
+import re
 import threading
 import warnings
 
@@ -215,9 +216,19 @@ def ctx():
     return context.context()
 
 
+_HOST_CPU0 = re.compile(r"^(/job:localhost)?(/replica:0)?(/task:0)?(/device:|/)?CPU:0$", re.I)
+_host_cpu0_seen = {}
+
+
 def device_is_cpu(device_name):
-    """True for no device scope or the host CPU:0 (our outputs live on CPU:0)."""
-    return not device_name or device_name.upper().endswith("CPU:0")
+    """True for no device scope or this process's CPU:0 (our outputs live there). Another
+    task's CPU:0 (`/job:worker/replica:0/task:1/device:CPU:0`) is not ours to run on."""
+    if not device_name:
+        return True
+    r = _host_cpu0_seen.get(device_name)
+    if r is None:
+        r = _host_cpu0_seen[device_name] = bool(_HOST_CPU0.match(device_name))
+    return r
 
 
 def gpus_visible():
