@@ -601,3 +601,27 @@ def test_winograd_filter_cache_follows_variable_updates(tf):
         elif step == 2:
             opt.apply_gradients([(tf.ones_like(filt), filt)])
     winograd.clear_cache()
+
+
+def test_clear_caches_releases_held_variable_buffers(tf):
+    """After clear_caches nothing of ours references a variable's buffer: an in-place update
+    (assign_add on an unshared buffer) keeps the variable's address."""
+    import gc
+
+    from kernels.cpu import winograd
+    rng = np.random.default_rng(6)
+    filt = tf.Variable(rng.uniform(-1, 1, (3, 3, 16, 16)).astype(np.float32))
+    bias = tf.Variable(rng.uniform(-1, 1, 16).astype(np.float32))
+    x = tf.constant(rng.uniform(-1, 1, (1, 20, 20, 16)).astype(np.float32))
+    fn = tf.function(lambda x: tf.nn.conv2d(x, filt, 1, "SAME") + bias)
+    functions.clear_cache()
+    with tf_backend.enabled():
+        fn(x)
+    assert winograd._cache
+    tf_backend.clear_caches()
+    assert not winograd._cache
+    gc.collect()
+    before = np.asarray(filt.read_value()).__array_interface__["data"][0]
+    filt.assign_add(tf.ones_like(filt))
+    after = np.asarray(filt.read_value()).__array_interface__["data"][0]
+    assert before == after, "something still held the filter's buffer"

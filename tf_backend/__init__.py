@@ -39,6 +39,18 @@ def reset_stats():
     ledger.reset()
 
 
+def clear_caches():
+    """Drop what the backend keeps between calls: compiled tf.function programs (and the
+    weight-derived values they memoise), cached Winograd filter transforms and pooled output
+    buffers. Variables' buffers they held are released; the next calls compile and fill again."""
+    from kernels.cpu import winograd
+
+    from . import alloc, functions
+    functions.clear_cache()
+    winograd.clear_cache()
+    alloc.trim()
+
+
 def export(fn_or_model, input_specs, path, name=None):
     """Write `fn_or_model` (tf.function, Keras model, callable) compiled for `input_specs` to a
     program file that `tf_backend.runtime.load(path)` runs without TensorFlow."""
