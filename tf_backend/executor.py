@@ -114,8 +114,9 @@ _pool_lock = threading.Lock()
 # (OpenBLAS 0.3.31; every later GEMM ran at half speed, ResNet-50 1.6x slower).
 _heavy = {"active": 0, "local": None}
 _heavy_lock = threading.Lock()
-_BLAS_OPS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D",
-             "Conv2DBackpropInput", "Conv2DBackpropFilter", "Einsum"}
+# ops (and their "+epilogue" forms) whose kernels are BLAS calls; the schedule pass uses it too
+BLAS_OPS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D",
+            "Conv2DBackpropInput", "Conv2DBackpropFilter", "Einsum"}
 
 
 def _blas_local():
@@ -144,7 +145,7 @@ def _heavy_enter(node):
     with _heavy_lock:
         _heavy["active"] += 1
         busy = _heavy["active"] >= 2
-    if busy and node.op.split("+", 1)[0] in _BLAS_OPS:
+    if busy and node.op.split("+", 1)[0] in BLAS_OPS:
         local = _blas_local()
         if local:
             return local(1)

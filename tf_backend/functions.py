@@ -105,7 +105,7 @@ def _node_summary(prog):
     kernels, stock = {}, {}
 
     def walk(p):
-        for n in p._counted_nodes():
+        for n in p.counted_nodes():
             if n.kind == "kernel":
                 kernels[n.op] = kernels.get(n.op, 0) + 1
             elif n.kind == "fused":

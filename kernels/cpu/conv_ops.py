@@ -6,30 +6,18 @@ less (NHWC only, no dilated backprops); we raise what each raises. Empty float32
 outputs (stock oneDNN returns odd results), mismatched backprop shapes and grouped convolutions
 go back to TensorFlow.
 """
-import threading
-
 import numpy as np
 from numba import njit, prange
 
 from kernels import kernel
 from kernels.cpu import winograd
+from kernels.cpu.scratch import scratch
 from shape_fns import InvalidArgumentError, UnimplementedError, Unsupported
 from shape_fns.conv_ops import conv_geometry, nhwc_axes, to_nhwc
 
 FLOATS = (np.float32, np.float64)
 PARALLEL_MIN = 1 << 17        # elements of the im2col buffer; below this one thread is faster
 COLS_MAX_BYTES = 32 << 20     # bigger im2col buffers are built and multiplied in chunks
-_tls = threading.local()
-
-
-def _scratch(shape, dtype):
-    """A per-thread reused buffer: a fresh multi-MB allocation costs a page fault per 4 KiB,
-    which was a third of a ResNet-sized convolution."""
-    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    buf = getattr(_tls, "buf", None)
-    if buf is None or buf.size < n:
-        buf = _tls.buf = np.empty(max(n, 1 << 20), np.uint8)
-    return buf[:n].view(dtype).reshape(shape)
 
 
 def _im2col(x, cols, q0, q1, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl):
@@ -129,7 +117,7 @@ def conv_nhwc(x, f, out, g, filter_is_variable=False):
     step = max(1, COLS_MAX_BYTES // (OW * K * x.itemsize))   # image rows per chunk
     Q = N * OH
     step = min(step, Q)
-    cols = _scratch((step * OW, K), x.dtype)
+    cols = scratch((step * OW, K), x.dtype, "cols")
     cols3 = cols.reshape(step * OW, KH * KW, C)
     im2col = _im2col_p if cols.size >= PARALLEL_MIN else _im2col_s
     for q0 in range(0, Q, step):
@@ -151,7 +139,7 @@ def backprop_input_nhwc(f, dy, dx, g):
         return
     per = OH * OW * K * dx.itemsize
     step = min(N, max(1, COLS_MAX_BYTES // max(per, 1)))   # images per chunk
-    dcols = _scratch((step * OH * OW, K), dx.dtype)
+    dcols = scratch((step * OH * OW, K), dx.dtype, "cols")
     col2im = _col2im_p if dcols.size >= PARALLEL_MIN else _col2im_s
     for n0 in range(0, N, step):
         n1 = min(N, n0 + step)
@@ -173,7 +161,7 @@ def backprop_filter_nhwc(x, dy, df, g):
         return
     Q = N * OH
     step = min(Q, max(1, COLS_MAX_BYTES // (OW * K * x.itemsize)))
-    cols = _scratch((step * OW, K), x.dtype)
+    cols = scratch((step * OW, K), x.dtype, "cols")
     cols3 = cols.reshape(step * OW, KH * KW, C)
     im2col = _im2col_p if cols.size >= PARALLEL_MIN else _im2col_s
     part = None

@@ -33,6 +33,8 @@ import threading
 import numpy as np
 from numba import njit, prange
 
+from kernels.cpu.scratch import scratch
+
 TILES_MIN = 40                # tiles per call below which the 16 small GEMMs lose to one GEMM
 CACHED_TILES_MIN = 16         # ... unless the transformed filter comes from the cache
 CHANNELS_MIN = 16             # a narrow K or N makes the 16 GEMMs inefficient
@@ -40,7 +42,6 @@ CHUNK_BYTES = 16 << 20        # transformed input per chunk of tile rows
 PARALLEL_MIN = 1 << 21        # transformed elements; below this the transforms run on one thread
 CACHE_BYTES = 128 << 20      # transformed filters kept (least recently used go first);
                              # ResNet-50's 3x3 layers take 80 MiB (16/9 of their weights)
-_tls = threading.local()
 _cache = collections.OrderedDict()   # key -> (filter view held, U)
 _cache_lock = threading.Lock()
 _cache_size = [0]
@@ -57,17 +58,6 @@ def applies(x, f, g, cache=False):
         return False
     tiles = x.shape[0] * ((g.oh + 1) // 2) * ((g.ow + 1) // 2)
     return tiles >= TILES_MIN or (cache and tiles >= CACHED_TILES_MIN and _cacheable(f))
-
-
-def _buf(slot, shape):
-    bufs = getattr(_tls, "bufs", None)
-    if bufs is None:
-        bufs = _tls.bufs = {}
-    n = int(np.prod(shape))
-    b = bufs.get(slot)
-    if b is None or b.size < n:
-        b = bufs[slot] = np.empty(max(n, 1 << 18), np.float32)
-    return b[:n].reshape(shape)
 
 
 def _input_transform(x, V, p0, p1, TH, TW, pt, pl):
@@ -189,13 +179,13 @@ def conv3x3(x, f, out, g, cache=False):
     step = max(1, min(P, CHUNK_BYTES // (16 * TW * max(C, CO) * 4)))   # tile rows per chunk
     U = _filter_cached(f) if cache else None
     if U is None:
-        U = _buf(0, (16, C, CO))
+        U = scratch((16, C, CO), np.float32, "winograd_filter")
         _filter(f, U)
     for p0 in range(0, P, step):
         p1 = min(P, p0 + step)
         T = (p1 - p0) * TW
-        V = _buf(1, (16, T, C))
-        M = _buf(2, (16, T, CO))
+        V = scratch((16, T, C), np.float32, "winograd_in")
+        M = scratch((16, T, CO), np.float32, "winograd_out")
         par = V.size >= PARALLEL_MIN
         (_in_p if par else _in_s)(x, V, p0, p1, TH, TW, g.pt, g.pl)
         np.matmul(V, U, out=M)

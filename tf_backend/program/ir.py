@@ -105,7 +105,7 @@ class Program:
                 self.succs[p].append(n.id)
             self.dep_counts[n.id] = len(preds)
         counts = {}
-        for n in self._counted_nodes():
+        for n in self.counted_nodes():
             if n.kind == "kernel":
                 counts.setdefault(n.op, [0, {}])[0] += 1
             elif n.kind == "fused":
@@ -117,7 +117,8 @@ class Program:
         self.op_counts = counts
         return self
 
-    def _counted_nodes(self):
+    def counted_nodes(self):
+        """The nodes as the ledger counts them: a memo node's inner nodes in its place."""
         for n in self.nodes:
             if n.kind == "memo":
                 yield from n.attrs["nodes"]

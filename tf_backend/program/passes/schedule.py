@@ -2,13 +2,13 @@
 time (neither depends on the other)? Only then is the concurrent path worth its bookkeeping."""
 import os
 
+from ...executor import BLAS_OPS
+
 # One GEMM already has every core through BLAS's own threads on a small machine; two at once
 # (each held to one BLAS thread) lost to one after the other: ResNet-50 b1 on 2 cores ran
 # 81-105 ms per call with its shortcut convolutions concurrent, 68-76 ms serial (OpenBLAS's
 # worker spins between calls, so a third busy thread shares the two cores). There, BLAS-backed
 # nodes are not heavy for scheduling: they run on the thread that made them ready.
-BLAS_OPS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D",
-            "Conv2DBackpropInput", "Conv2DBackpropFilter", "Einsum"}
 SERIAL_BLAS = (os.cpu_count() or 1) <= 4
 
 
