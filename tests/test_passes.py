@@ -1,4 +1,6 @@
 """Each program pass on small functions: what it changes, and that results do not change."""
+import re
+
 import numpy as np
 import pytest
 
@@ -419,6 +421,52 @@ def test_batch_reads_one_call_for_inference_reads_only(tf):
     b.assign(b0)
     tf_backend.disable()
     np.testing.assert_allclose(got, np.asarray(tf.function(g)(x)), rtol=1e-6)
+
+
+def test_read_variables_one_kernel_same_values_copies_and_errors_as_stock(tf):
+    """tf_adapter.read_variables uses `_ReadVariablesOp` on this TensorFlow: the values of each
+    variable; a copy-on-read variable (after a sparse update) read as a copy that later
+    in-place updates leave alone; an uninitialized handle or a wrong dtype raise stock
+    ReadVariableOp's error class and message."""
+    from tf_backend import tf_adapter as tfa
+    assert tfa._multi_read_ok()
+    f32, i32 = tf.float32.as_datatype_enum, tf.int32.as_datatype_enum
+    a = tf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3))
+    k = tf.Variable(7, dtype=tf.int32)
+    c = tf.Variable(np.zeros(4, np.float32))
+    c.scatter_nd_update([[1]], [5.0])                    # copy-on-read from now on
+    calls = []
+    orig = tfa.execute_stock
+
+    def spy(op, *rest):
+        calls.append(op)
+        return orig(op, *rest)
+
+    tfa.execute_stock = spy
+    try:
+        got = tfa.read_variables([a.handle, k.handle, c.handle], [f32, i32, f32])
+    finally:
+        tfa.execute_stock = orig
+    assert calls == ["_ReadVariablesOp"]
+    np.testing.assert_array_equal(got[0].numpy(), a.numpy())
+    assert got[1].numpy() == 7 and got[1].dtype == tf.int32
+    held = got[2].numpy().copy()
+    c.scatter_nd_update([[2]], [9.0])
+    np.testing.assert_array_equal(got[2].numpy(), held)
+    np.testing.assert_array_equal(c.numpy(), [0, 5, 9, 0])
+
+    uninit = tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[2],
+                                    shared_name="tfb_read_variables_uninit")
+    for handles, enums in (([a.handle, uninit], [f32, f32]), ([a.handle, k.handle], [f32, f32])):
+        with pytest.raises(tf.errors.OpError) as ours:
+            tfa.read_variables(handles, enums)
+        with pytest.raises(tf.errors.OpError) as stock:
+            for h, e in zip(handles, enums):
+                tf.raw_ops.ReadVariableOp(resource=h, dtype=tf.dtypes.as_dtype(e))
+        assert type(ours.value) is type(stock.value)
+        def core(e):      # the message without TensorFlow's function/op location decorations
+            return re.sub(r"^\{\{function_node [^}]*\}\} ", "", e.message).split("\n")[0]
+        assert core(stock.value).split(" [Op:")[0] == core(ours.value).split(" [Op:")[0]
 
 
 def test_inplace_never_writes_a_buffer_still_read_through_a_view(tf):

@@ -503,14 +503,44 @@ _readers = {}
 _readers_lock = threading.Lock()
 
 
+_multi_read = []   # [flag]: whether TensorFlow's `_ReadVariablesOp` is usable (checked once)
+
+
+def _multi_read_ok():
+    """`_ReadVariablesOp` (resource_variable_ops.cc): one kernel that reads N variables, with
+    ReadVariableOp's semantics per variable (a shared lock per read, copy-on-read variables
+    copied). Private, so used only where its OpDef has the attributes we pass (N, dtypes) on a
+    verified version; a missing attribute aborts the process instead of raising."""
+    if not _multi_read:
+        ok = False
+        try:
+            _, _, _, _, reg = _tf()
+            od = reg.get("_ReadVariablesOp")
+            ok = (od is not None and is_verified()
+                  and sorted(a.name for a in od.attr) == ["N", "dtypes"]
+                  and len(od.input_arg) == 1 and len(od.output_arg) == 1)
+        except Exception:   # pragma: no cover - an unexpected TensorFlow build
+            ok = False
+        _multi_read.append(ok)
+    return _multi_read[0]
+
+
 def read_variables(handles, dtype_enums):
-    """Read many resource variables in one trip through TensorFlow: a graph function of
-    ReadVariableOps (one per handle), registered once per dtype tuple and run as an op, so the
-    call costs one TFE_Py_Execute instead of one per variable. Bypasses our hooks."""
+    """Read many resource variables in one trip through TensorFlow, bypassing our hooks: one
+    `_ReadVariablesOp` where it is usable (one kernel: 320 reads in about 0.3 ms against 1 ms
+    through a function), else a graph function of ReadVariableOps registered once per dtype
+    tuple. Any error (an uninitialized or freed variable, a wrong dtype) is raised by the
+    function path instead, so it is exactly stock ReadVariableOp's."""
     key = tuple(dtype_enums)
     st = _stock.get("ctx")
     if st is None or st[4]._context is not st[3]:
         _stock_state()   # a new context: register the readers there
+    if _multi_read_ok():
+        try:
+            return execute_stock("_ReadVariablesOp", handles,
+                                 ("N", len(key), "dtypes", list(key)), len(key))
+        except Exception:
+            pass
     name = _readers.get(key)
     if name is None:
         with _readers_lock:
