@@ -4,6 +4,8 @@ Both settings run in the same process, alternating per block of calls, and every
 on this 2-vCPU VM two processes differ by up to 15%, which hides a 5% change.
 
     python integration/ab_resnet.py --compare winograd|filter-cache|memo [--rounds 10]
+    python integration/ab_resnet.py --compare set --b-set kernels.cpu.winograd:CACHED_TILES_MIN=1e9
+        (B: module attributes set to Python literals while B runs; A: their own values)
 
 Prints the wall median (min-max) per setting, the sum of per-node medians, and the node types /
 convolution shapes that take the most time, A (on) beside B (off).
@@ -24,7 +26,9 @@ tune_thread_env()
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--compare", choices=("winograd", "filter-cache", "memo"), required=True)
+    p.add_argument("--compare", choices=("winograd", "filter-cache", "memo", "set"),
+                   required=True)
+    p.add_argument("--b-set", action="append", default=[], metavar="MODULE:ATTR=VALUE")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args(argv)
@@ -44,7 +48,19 @@ def main(argv=None):
     tiles, cached_tiles, cache = (winograd.TILES_MIN, winograd.CACHED_TILES_MIN,
                                   winograd.CACHE_BYTES)
 
+    import ast
+    import importlib
+    overrides = []   # (module, attr, A's value, B's value)
+    for spec in args.b_set:
+        target, value = spec.split("=", 1)
+        mod, attr = target.split(":")
+        m = importlib.import_module(mod)
+        v = ast.literal_eval(value)
+        overrides.append((m, attr, getattr(m, attr), type(getattr(m, attr))(v)))
+
     def setting(on):
+        for m, attr, a_value, b_value in overrides:
+            setattr(m, attr, a_value if on else b_value)
         if args.compare == "winograd":
             winograd.TILES_MIN = tiles if on else 1 << 62
             winograd.CACHED_TILES_MIN = cached_tiles if on else 1 << 62
