@@ -4,7 +4,7 @@ Both settings run in the same process, alternating per block of calls, and every
 on this 2-vCPU VM two processes differ by up to 15%, which hides a 5% change.
 
     python integration/ab_resnet.py --compare winograd|filter-cache|memo [--rounds 10]
-    python integration/ab_resnet.py --compare set --b-set kernels.cpu.winograd:CACHED_TILES_MIN=1e9
+    python integration/ab_resnet.py --compare set --b-set kernels.cpu.conv_ops:COLS_CHUNK_BYTES=33554432
         (B: module attributes set to Python literals while B runs; A: their own values)
 
 Prints the wall median (min-max) per setting, the sum of per-node medians, and the node types /
@@ -45,8 +45,7 @@ def main(argv=None):
     x = tf.constant(np.random.default_rng(0).standard_normal((1, 224, 224, 3)).astype(np.float32))
     fa = tf.function(lambda x: model(x, training=False))
     fb = fa
-    tiles, cached_tiles, cache = (winograd.TILES_MIN, winograd.CACHED_TILES_MIN,
-                                  winograd.CACHE_BYTES)
+    tiles, cache = winograd.TILES_MIN, winograd.CACHE_BYTES
 
     import ast
     import importlib
@@ -63,10 +62,8 @@ def main(argv=None):
             setattr(m, attr, a_value if on else b_value)
         if args.compare == "winograd":
             winograd.TILES_MIN = tiles if on else 1 << 62
-            winograd.CACHED_TILES_MIN = cached_tiles if on else 1 << 62
         elif args.compare == "filter-cache":
             winograd.CACHE_BYTES = cache if on else 0
-            winograd.CACHED_TILES_MIN = cached_tiles if on else 1 << 62
             if not on:
                 winograd.clear_cache()
 

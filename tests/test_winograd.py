@@ -99,14 +99,7 @@ def test_not_used_where_it_does_not_pay():
     assert not case((1, 56, 56, 64), (5, 5, 64, 64))
     assert not case((1, 56, 56, 3), (3, 3, 3, 64))          # narrow K
     assert case((1, 14, 14, 256), (3, 3, 256, 256))         # 49 tiles
-    assert not case((1, 7, 7, 512), (3, 3, 512, 512))       # 16 tiles: weight-bound ...
-    g7 = conv_geometry((1, 7, 7, 512), (3, 3, 512, 512),
-                       {"strides": [1, 1, 1, 1], "padding": "SAME", "dilations": [1, 1, 1, 1],
-                        "data_format": "NHWC", "explicit_paddings": []}, "Conv2D", np.float32)[0]
-    f7 = _foreign(np.zeros((3, 3, 512, 512), np.float32))
-    x7 = np.zeros((1, 7, 7, 512), np.float32)
-    assert winograd.applies(x7, f7, g7, cache=True)         # ... unless cached
-    assert not winograd.applies(x7, f7.copy(), g7, cache=True)   # (ours: never cached)
+    assert not case((1, 7, 7, 512), (3, 3, 512, 512))       # 16 tiles: weight-bound
     del rng
 
 

@@ -157,7 +157,7 @@ def conv_nhwc(x, f, out, g, filter_is_variable=False):
         xs = x if g.sh == g.sw == 1 else np.ascontiguousarray(x[:, ::g.sh, ::g.sw])
         np.matmul(xs.reshape(-1, C), w2, out=o2)
         return
-    if (winograd.applies(x, f, g, filter_is_variable)
+    if (winograd.applies(x, f, g)
             and winograd.conv3x3(x, f, out, g, filter_is_variable)):
         return   # (a non-finite result is recomputed below, the direct way)
     step = max(1, COLS_CHUNK_BYTES // (OW * K * x.itemsize))   # image rows per chunk

@@ -5,9 +5,10 @@ Y = A^T [ (G g G^T) . (B^T d B) ] A. The elementwise product over the 16 transfo
 summed over input channels, is 16 GEMMs of (tiles x C) @ (C x CO): 16 multiplies per tile and
 channel pair instead of im2col's 36, and the input is expanded 4x instead of 9x. Inside
 ResNet-50 (batch 1, 2 cores, between its 1x1 convolutions) the 3x3 layers took, against
-im2col + GEMM: 56x56x64 and 28x28x128 about 0.5x, 14x14x256 0.75x (49 tiles), 7x7x512 1.0x
-(16 tiles, bound by reading the 16 transformed weight matrices) or 0.8x with the transformed
-filter cached (below): hence TILES_MIN and CACHED_TILES_MIN.
+im2col + GEMM: 56x56x64 and 28x28x128 about 0.5-0.85x, 14x14x256 0.75x (49 tiles). At 7x7x512
+(16 tiles) reading the 16 transformed weight matrices (16/9 of the filter's bytes) costs more
+than the multiplies saved: 1.1-1.2x im2col's time even with the transformed filter cached
+(in-process A/B, integration/ab_resnet.py): hence TILES_MIN.
 
 Numerics: the transforms only add, subtract and halve, so the error is of the same order as a
 direct sum (measured 0.5-1.4x im2col's distance from a float64 result on random data), inside
@@ -36,20 +37,18 @@ from numba import njit, prange
 from kernels.cpu.scratch import scratch
 
 TILES_MIN = 40                # tiles per call below which the 16 small GEMMs lose to one GEMM
-CACHED_TILES_MIN = 16         # ... unless the transformed filter comes from the cache
 CHANNELS_MIN = 16             # a narrow K or N makes the 16 GEMMs inefficient
 CHUNK_BYTES = 16 << 20        # transformed input per chunk of tile rows
 PARALLEL_MIN = 1 << 21        # transformed elements; below this the transforms run on one thread
 CACHE_BYTES = 128 << 20      # transformed filters kept (least recently used go first);
-                             # ResNet-50's 3x3 layers take 80 MiB (16/9 of their weights)
+                             # ResNet-50's 3x3 layers with >= 40 tiles take 29 MiB
 _cache = collections.OrderedDict()   # key -> (filter view held, U)
 _cache_lock = threading.Lock()
 _cache_size = [0]
 
 
-def applies(x, f, g, cache=False):
-    """True when this algorithm is used for Conv2D(x, f) with geometry g (NHWC, float32);
-    `cache`: the filter may be cached (see the module doc)."""
+def applies(x, f, g):
+    """True when this algorithm is used for Conv2D(x, f) with geometry g (NHWC, float32)."""
     if x.dtype != np.float32 or f.dtype != np.float32:
         return False
     if f.shape[0] != 3 or f.shape[1] != 3 or g.sh != 1 or g.sw != 1 or g.dh != 1 or g.dw != 1:
@@ -57,7 +56,7 @@ def applies(x, f, g, cache=False):
     if f.shape[2] < CHANNELS_MIN or f.shape[3] < CHANNELS_MIN:
         return False
     tiles = x.shape[0] * ((g.oh + 1) // 2) * ((g.ow + 1) // 2)
-    return tiles >= TILES_MIN or (cache and tiles >= CACHED_TILES_MIN and _cacheable(f))
+    return tiles >= TILES_MIN
 
 
 def _input_transform(x, V, p0, p1, TH, TW, pt, pl):
