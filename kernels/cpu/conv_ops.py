@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import kernel
-from kernels.cpu import winograd
+from kernels.cpu import gemm, jit, winograd
 from kernels.cpu.scratch import scratch
 from shape_fns import InvalidArgumentError, UnimplementedError, Unsupported
 from shape_fns.conv_ops import conv_geometry, nhwc_axes, to_nhwc
@@ -106,9 +106,9 @@ def _col2im(dcols, dx, n0, n1, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl):
 
 
 _im2col_s = njit(cache=True, nogil=True)(_im2col)
-_im2col_p = njit(cache=True, nogil=True, parallel=True)(_im2col)
+_im2col_p = jit.parallel(_im2col)
 _runs_s = njit(cache=True, nogil=True)(_im2col_runs)
-_runs_p = njit(cache=True, nogil=True, parallel=True)(_im2col_runs)
+_runs_p = jit.parallel(_im2col_runs)
 
 
 def _im2col_fn(g, size):
@@ -116,7 +116,7 @@ def _im2col_fn(g, size):
         return _runs_p if size >= PARALLEL_MIN else _runs_s
     return _im2col_p if size >= PARALLEL_MIN else _im2col_s
 _col2im_s = njit(cache=True, nogil=True)(_col2im)
-_col2im_p = njit(cache=True, nogil=True, parallel=True)(_col2im)
+_col2im_p = jit.parallel(_col2im)
 
 
 def _geom_args(g):
@@ -155,7 +155,7 @@ def conv_nhwc(x, f, out, g, filter_is_variable=False):
     o2 = out.reshape(N * OH * OW, CO)
     if _pointwise(g):
         xs = x if g.sh == g.sw == 1 else np.ascontiguousarray(x[:, ::g.sh, ::g.sw])
-        np.matmul(xs.reshape(-1, C), w2, out=o2)
+        gemm.matmul(xs.reshape(-1, C), w2, o2)
         return
     if (winograd.applies(x, f, g)
             and winograd.conv3x3(x, f, out, g, filter_is_variable)):
@@ -170,7 +170,7 @@ def conv_nhwc(x, f, out, g, filter_is_variable=False):
         q1 = min(Q, q0 + step)
         m = (q1 - q0) * OW
         im2col(x, cols3, q0, q1, OH, OW, *_geom_args(g))
-        np.matmul(cols[:m], w2, out=o2[q0 * OW:q1 * OW])
+        gemm.matmul(cols[:m], w2, o2[q0 * OW:q1 * OW])
 
 
 def backprop_input_nhwc(f, dy, dx, g):
@@ -181,7 +181,7 @@ def backprop_input_nhwc(f, dy, dx, g):
     wt = f.reshape(K, CO).T
     dy2 = dy.reshape(N * OH * OW, CO)
     if _pointwise(g) and g.sh == g.sw == 1:
-        np.matmul(dy2, wt, out=dx.reshape(-1, C))
+        gemm.matmul(dy2, wt, dx.reshape(-1, C))
         return
     per = OH * OW * K * dx.itemsize
     step = min(N, max(1, COLS_MAX_BYTES // max(per, 1)))   # images per chunk
@@ -190,7 +190,7 @@ def backprop_input_nhwc(f, dy, dx, g):
     for n0 in range(0, N, step):
         n1 = min(N, n0 + step)
         m = (n1 - n0) * OH * OW
-        np.matmul(dy2[n0 * OH * OW:n1 * OH * OW], wt, out=dcols[:m])
+        gemm.matmul(dy2[n0 * OH * OW:n1 * OH * OW], wt, dcols[:m])
         col2im(dcols.reshape(-1, KH * KW, C), dx, n0, n1, OH, OW, *_geom_args(g))
 
 
@@ -203,7 +203,7 @@ def backprop_filter_nhwc(x, dy, df, g):
     dy2 = dy.reshape(N * OH * OW, CO)
     if _pointwise(g):
         xs = x if g.sh == g.sw == 1 else np.ascontiguousarray(x[:, ::g.sh, ::g.sw])
-        np.matmul(xs.reshape(-1, C).T, dy2, out=df2)
+        gemm.matmul(xs.reshape(-1, C).T, dy2, df2)
         return
     Q = N * OH
     step = min(Q, max(1, COLS_MAX_BYTES // (OW * K * x.itemsize)))
@@ -216,10 +216,10 @@ def backprop_filter_nhwc(x, dy, df, g):
         m = (q1 - q0) * OW
         im2col(x, cols3, q0, q1, OH, OW, *_geom_args(g))
         if q0 == 0:
-            np.matmul(cols[:m].T, dy2[:m], out=df2)
+            gemm.matmul(cols[:m].T, dy2[:m], df2)
         else:
             part = np.empty_like(df2) if part is None else part
-            np.matmul(cols[:m].T, dy2[q0 * OW:q1 * OW], out=part)
+            gemm.matmul(cols[:m].T, dy2[q0 * OW:q1 * OW], part)
             df2 += part
 
 

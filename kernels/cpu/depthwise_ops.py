@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import kernel
+from kernels.cpu import jit
 from shape_fns import Unsupported
 from shape_fns.depthwise_ops import check_format, eigen, forward_geometry, geometry
 
@@ -237,7 +238,12 @@ def _backprop_filter(x, dy, acc, rows_per, sh, sw, dh, dw, pt, pl):
 _jit = njit(cache=True, nogil=True, error_model="numpy")
 _fma = {"contract"}   # fused multiply-add, as oneDNN's kernels use
 _sjit = njit(cache=True, nogil=True, error_model="numpy", fastmath=_fma)
-_pjit = njit(cache=True, nogil=True, error_model="numpy", fastmath=_fma, parallel=True)
+
+
+def _pjit(fn):
+    return jit.parallel(fn, error_model="numpy", fastmath=_fma)
+
+
 _ow_range = _jit(_ow_range)
 _tap = _sjit(_tap)
 _row3 = _sjit(_row3)

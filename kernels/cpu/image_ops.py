@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import kernel
+from kernels.cpu import jit
 from shape_fns.image_ops import mirror_pad_amounts
 
 from .scalar import ftz
@@ -75,7 +76,7 @@ def _bilinear(x, out, ylo, yhi, yl, xlo, xhi, xl, flush):
 
 
 _bilinear_s = njit(cache=True, nogil=True, error_model="numpy")(_bilinear)
-_bilinear_p = njit(cache=True, nogil=True, error_model="numpy", parallel=True)(_bilinear)
+_bilinear_p = jit.parallel(_bilinear, error_model="numpy")
 
 
 @kernel("ResizeBilinear", dtypes=NUM)

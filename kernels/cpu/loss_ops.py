@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import kernel
+from kernels.cpu import jit
 from shape_fns import InvalidArgumentError
 
 FLOATS = (np.float32, np.float64)
@@ -71,7 +72,12 @@ def _first_bad(labels, C):
 
 
 _jit = njit(cache=True, nogil=True, error_model="numpy")
-_pjit = njit(cache=True, nogil=True, error_model="numpy", parallel=True)
+
+
+def _pjit(fn):
+    return jit.parallel(fn, error_model="numpy")
+
+
 _sparse_s, _sparse_p = _jit(_sparse_rows), _pjit(_sparse_rows)
 _dense_s, _dense_p = _jit(_dense_rows), _pjit(_dense_rows)
 _first_bad = _jit(_first_bad)

@@ -3,12 +3,16 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import kernel
+from kernels.cpu import jit
 from kernels.cpu.elementwise import PARALLEL_MIN
 from kernels.cpu.half_bits import _h2f_loop, narrow_into, widen
 from shape_fns.errors import Unsupported
 
 _j = njit(cache=True, nogil=True)
-_jp = njit(cache=True, nogil=True, parallel=True)
+
+
+def _jp(fn):
+    return jit.parallel(fn)
 
 # --- Cast ----------------------------------------------------------------------------------
 CAST_DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "int64", "float32", "float64",

@@ -1,6 +1,8 @@
 """CPU kernels: matmul ops (MatMul, BatchMatMul, BatchMatMulV2, BatchMatMulV3).
 
-Floats go to BLAS through np.matmul(out=) (transposes are views: BLAS takes them as flags).
+Floats go to BLAS (transposes are views: BLAS takes them as flags): 2-D products through
+kernels/cpu/gemm.py (numba's thread team, one single-threaded OpenBLAS call per block), batched
+ones through np.matmul(out=).
 numpy has no BLAS for integers and its generic loop is ~20x slower than TensorFlow's, so integer
 products use a numba loop; integer overflow wraps as in TensorFlow.
 """
@@ -8,6 +10,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import kernel
+from kernels.cpu import gemm
 from kernels.cpu.reduction_ops import quiet
 
 NUM = ("float32", "float64", "int32", "int64")
@@ -63,8 +66,11 @@ def _product(x, y, out):
     if out.dtype.itemsize == 2:   # float16/bfloat16 (no 16-bit integers here)
         r = quiet(np.matmul, x.astype(np.float32), y.astype(np.float32))
         quiet(np.copyto, out, r, casting="unsafe")
-    elif out.dtype.kind == "f":
-        quiet(np.matmul, x, y, out=out)   # 0 * inf = NaN is TensorFlow's answer too
+    elif out.dtype.kind == "f":   # 0 * inf = NaN is TensorFlow's answer too
+        if out.ndim == 2:
+            quiet(gemm.matmul, x, y, out)
+        else:
+            quiet(np.matmul, x, y, out=out)
     else:
         _int_matmul(x, y, out)
 

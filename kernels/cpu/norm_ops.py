@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import kernel
+from kernels.cpu import jit
 from shape_fns.norm_ops import channel_axis
 
 from .conv_ops import nhwc_in, nhwc_out
@@ -78,7 +79,12 @@ def _scale_rows(dy, k, dx):
 
 
 _jit = njit(cache=True, nogil=True, error_model="numpy")
-_pjit = njit(cache=True, nogil=True, error_model="numpy", parallel=True)
+
+
+def _pjit(fn):
+    return jit.parallel(fn, error_model="numpy")
+
+
 _col_sums_s, _col_sums_p = _jit(_col_sums), _pjit(_col_sums)
 _affine_s, _affine_p = _jit(_affine), _pjit(_affine)
 _grad_train_s, _grad_train_p = _jit(_grad_train), _pjit(_grad_train)

@@ -9,6 +9,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import kernel
+from kernels.cpu import jit
 from shape_fns import InvalidArgumentError, Unsupported
 from shape_fns.conv_ops import to_nhwc
 from shape_fns.pooling_ops import pool_window
@@ -135,7 +136,7 @@ def _avg_pool_grad(dy, dx, KH, KW, sh, sw, pt, pl):
 
 def _pair(fn):
     return (njit(cache=True, nogil=True, error_model="numpy")(fn),
-            njit(cache=True, nogil=True, parallel=True, error_model="numpy")(fn))
+            jit.parallel(fn, error_model="numpy"))
 
 
 _MAX, _AVG, _MAXG, _AVGG = (_pair(f) for f in (_max_pool, _avg_pool, _max_pool_grad,

@@ -34,6 +34,7 @@ import threading
 import numpy as np
 from numba import njit, prange
 
+from kernels.cpu import gemm, jit
 from kernels.cpu.scratch import scratch
 
 TILES_MIN = 40                # tiles per call below which the 16 small GEMMs lose to one GEMM
@@ -160,9 +161,9 @@ def _output_transform(M, out, p0, p1, TH, TW):
 
 
 _in_s = njit(cache=True, nogil=True)(_input_transform)
-_in_p = njit(cache=True, nogil=True, parallel=True)(_input_transform)
+_in_p = jit.parallel(_input_transform)
 _out_s = njit(cache=True, nogil=True)(_output_transform)
-_out_p = njit(cache=True, nogil=True, parallel=True)(_output_transform)
+_out_p = jit.parallel(_output_transform)
 _filter = njit(cache=True, nogil=True)(_filter_transform)
 
 
@@ -187,7 +188,7 @@ def conv3x3(x, f, out, g, cache=False):
         M = scratch((16, T, CO), np.float32, "winograd_out")
         par = V.size >= PARALLEL_MIN
         (_in_p if par else _in_s)(x, V, p0, p1, TH, TW, g.pt, g.pl)
-        np.matmul(V, U, out=M)
+        gemm.matmul_stacked(V, U, M)
         if (_out_p if par else _out_s)(M, out, p0, p1, TH, TW):
             return False
     return True

@@ -1,0 +1,179 @@
+"""Matrix products for the CPU kernels: numpy's OpenBLAS, called single-threaded from each thread
+of numba's thread team, one block of the product per thread.
+
+Why not np.matmul with OpenBLAS's own threads: on this 2-vCPU VM a chain of ResNet-50's 1x1
+convolution GEMMs (27 products, each with its own cold weights) took 32-33 ms through
+np.matmul (OpenBLAS, 2 threads) and 17-18 ms as two single-threaded OpenBLAS calls on row (or,
+for few rows, column) halves run by numba's two threads; results are bit-identical (each
+output element is the same micro-kernel's dot product). And OpenBLAS's worker threads spin for
+a while after each product: a numba parallel loop started then waits for a core (a batch-norm
+epilogue after a GEMM took 1.0 ms in parallel against 0.1 ms serial). With every product on
+numba's team, one team serves both.
+
+The BLAS is numpy's own (scipy-openblas, ILP64 `scipy_cblas_[sd]gemm64_`), found next to numpy
+and bound as numba external symbols; `openblas_set_num_threads_local(1)` holds each call to
+its thread and is restored after. Where that library is missing (another numpy build) or an
+operand's layout is not a BLAS one, np.matmul runs instead. Blocks are run by as many
+threads as numba's count on the calling thread allows (tf_backend's executor sets it to 1 where
+another heavy node runs beside), so the cores are never oversubscribed; how a product is cut
+depends on its shape only, so its bits do not depend on the threads.
+"""
+import ctypes
+import glob
+import os
+import threading
+
+import numpy as np
+from numba import njit, prange, types
+
+from kernels.cpu import jit
+
+ENABLED = True          # False: np.matmul everywhere (A/B runs)
+TEAM_MIN = 1 << 18      # multiply-adds; smaller products are not worth a parallel region
+BLOCK = 16              # row/column blocks are multiples of this (OpenBLAS's sgemm tile)
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+
+_state = {"ok": None}
+_lock = threading.Lock()
+
+
+def _find_lib():
+    libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    for path in sorted(glob.glob(os.path.join(libs, "libscipy_openblas64_*.so"))):
+        lib = ctypes.CDLL(path)
+        if all(hasattr(lib, s) for s in ("scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_",
+                                         "openblas_set_num_threads_local")):
+            return lib
+    return None
+
+
+def available():
+    """Whether products run on the team (numpy's OpenBLAS found and bound)."""
+    if _state["ok"] is None:
+        with _lock:
+            if _state["ok"] is None:
+                ok = False
+                try:
+                    lib = _find_lib()
+                    if lib is not None:
+                        import llvmlite.binding as llvm
+                        for sym, fn in (("tfb_sgemm", lib.scipy_cblas_sgemm64_),
+                                        ("tfb_dgemm", lib.scipy_cblas_dgemm64_),
+                                        ("tfb_blas_local", lib.openblas_set_num_threads_local)):
+                            llvm.add_symbol(sym, ctypes.cast(fn, ctypes.c_void_p).value)
+                        ok = True
+                except (OSError, ImportError, AttributeError):   # pragma: no cover
+                    ok = False
+                _state["ok"] = ok
+    return _state["ok"]
+
+
+_i32, _i64 = types.int32, types.int64
+_sgemm = types.ExternalFunction("tfb_sgemm", types.void(
+    _i32, _i32, _i32, _i64, _i64, _i64, types.float32, _i64, _i64, _i64, _i64, types.float32,
+    _i64, _i64))
+_dgemm = types.ExternalFunction("tfb_dgemm", types.void(
+    _i32, _i32, _i32, _i64, _i64, _i64, types.float64, _i64, _i64, _i64, _i64, types.float64,
+    _i64, _i64))
+_blas_local = types.ExternalFunction("tfb_blas_local", _i32(_i32))
+
+# one job per row: transa, transb, M, N, K, a address, lda, b address, ldb, c address, ldc
+_FIELDS = 11
+
+
+def _run_jobs(jobs, double):
+    for j in prange(jobs.shape[0]):
+        job = jobs[j]
+        old = _blas_local(1)
+        if double:
+            _dgemm(_ROW_MAJOR, job[0], job[1], job[2], job[3], job[4], 1.0, job[5], job[6],
+                   job[7], job[8], 0.0, job[9], job[10])
+        else:
+            _sgemm(_ROW_MAJOR, job[0], job[1], job[2], job[3], job[4], np.float32(1.0),
+                   job[5], job[6], job[7], job[8], np.float32(0.0), job[9], job[10])
+        _blas_local(old)
+
+
+_team = jit.parallel(_run_jobs)
+_one = njit(nogil=True, cache=True)(_run_jobs)
+
+
+def _operand(a, rows, cols):
+    """(trans flag, leading dimension) of a 2-D operand BLAS can read in place, else None."""
+    it = a.itemsize
+    s0, s1 = a.strides
+    if (s1 == it or cols == 1) and s0 % it == 0 and s0 >= cols * it:
+        return _NO_TRANS, max(s0 // it, cols, 1)
+    if (s0 == it or rows == 1) and s1 % it == 0 and s1 >= rows * it:
+        return _TRANS, max(s1 // it, rows, 1)
+    return None
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+def _threads():
+    from numba import get_num_threads
+    return get_num_threads()
+
+
+def _blocks():
+    """How many blocks a product is cut into: numba's thread pool size, fixed for the process.
+    The blocks depend on the shapes only, never on the threads at hand (one thread runs them in
+    turn), so a result has the same bits however many threads run it: OpenBLAS picks its
+    small-matrix kernel by size, whose sums round differently from its packed kernel's."""
+    from numba import config
+    return config.NUMBA_NUM_THREADS
+
+
+def matmul(a, b, out):
+    """out[...] = a @ b for 2-D a (M, K), b (K, N) and out (M, N) of one float dtype; `a` and `b`
+    may be transposed views. Never writes a or b."""
+    M, K = a.shape
+    N = b.shape[1]
+    dt = out.dtype
+    if (M * N * K < TEAM_MIN or dt not in (np.float32, np.float64) or a.dtype != dt
+            or b.dtype != dt or not ENABLED or not available()):
+        np.matmul(a, b, out=out)
+        return
+    fa, fb = _operand(a, M, K), _operand(b, K, N)
+    if (fa is None or fb is None or out.strides[1] != dt.itemsize
+            or out.strides[0] != N * dt.itemsize
+            or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
+        np.matmul(a, b, out=out)   # (numpy copies an operand that overlaps the output)
+        return
+    P = _blocks()
+    pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
+    if P > 1 and M >= 2 * BLOCK * P:         # row blocks
+        step = _ceil(_ceil(M, P), BLOCK) * BLOCK
+        jobs = np.array([(fa[0], fb[0], min(step, M - r), N, K, pa + r * a.strides[0], fa[1],
+                          pb, fb[1], pc + r * out.strides[0], N) for r in range(0, M, step)],
+                        np.int64)
+    elif P > 1 and N >= 2 * BLOCK * P:       # column blocks (few rows: 7x7 layers, small batch)
+        step = _ceil(_ceil(N, P), BLOCK) * BLOCK
+        jobs = np.array([(fa[0], fb[0], M, min(step, N - c), K, pa, fa[1],
+                          pb + c * b.strides[1], fb[1], pc + c * out.strides[1], N)
+                         for c in range(0, N, step)], np.int64)
+    else:
+        jobs = np.array([(fa[0], fb[0], M, N, K, pa, fa[1], pb, fb[1], pc, N)], np.int64)
+    (_team if len(jobs) > 1 and _threads() > 1 else _one)(jobs, dt == np.float64)
+
+
+def matmul_stacked(a, b, out):
+    """out[i] = a[i] @ b[i] for C-contiguous 3-D float arrays (Winograd's 16 products): the
+    products are shared out among the team's threads."""
+    B, M, K = a.shape
+    N = b.shape[2]
+    dt = out.dtype
+    if (B * M * N * K < TEAM_MIN or dt not in (np.float32, np.float64) or a.dtype != dt
+            or b.dtype != dt or not ENABLED or not available()
+            or not (a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous)
+            or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
+        np.matmul(a, b, out=out)
+        return
+    pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
+    sa, sb, sc = a.strides[0], b.strides[0], out.strides[0]
+    jobs = np.array([(_NO_TRANS, _NO_TRANS, M, N, K, pa + i * sa, K, pb + i * sb, N,
+                      pc + i * sc, N) for i in range(B)], np.int64)
+    (_team if _threads() > 1 else _one)(jobs, dt == np.float64)

@@ -1,0 +1,87 @@
+"""kernels/cpu/gemm.py without TensorFlow: products on numba's thread team against a float64
+result, bit-identical at one thread and at two, for row blocks, column blocks, transposed
+operands, both float dtypes and the layouts that go back to np.matmul."""
+import numba
+import numpy as np
+import pytest
+
+from kernels.cpu import gemm
+
+pytestmark = pytest.mark.skipif(not gemm.available(), reason="numpy's BLAS is not scipy-openblas")
+
+
+def _at_threads(n, fn):
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    try:
+        return fn()
+    finally:
+        numba.set_num_threads(old)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M,K,N", [(3136, 64, 256), (49, 512, 2048), (97, 130, 33),
+                                   (20, 300, 70), (1, 4096, 512)])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_product_matches_float64_and_is_the_same_at_one_and_two_threads(dtype, M, K, N, ta, tb):
+    rng = np.random.default_rng(M + K + N)
+    a = rng.standard_normal((K, M) if ta else (M, K)).astype(dtype)
+    b = rng.standard_normal((N, K) if tb else (K, N)).astype(dtype)
+    keep = a.copy(), b.copy()
+    av, bv = (a.T if ta else a), (b.T if tb else b)
+    outs = []
+    for threads in (1, 2):
+        out = np.full((M, N), np.nan, dtype)
+        _at_threads(threads, lambda: gemm.matmul(av, bv, out))
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    exact = av.astype(np.float64) @ bv.astype(np.float64)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(outs[1], exact, rtol=tol, atol=tol * np.sqrt(K))
+    np.testing.assert_array_equal(a, keep[0])
+    np.testing.assert_array_equal(b, keep[1])
+
+
+def test_layouts_blas_cannot_read_and_overlaps_go_to_numpy():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((300, 256)).astype(np.float32)
+    b = rng.standard_normal((256, 200)).astype(np.float32)
+    for av, bv in ((a[:, ::2], b[::2]), (a[::2], b), (a, b[:, ::-1])):
+        out = np.empty((av.shape[0], bv.shape[1]), np.float32)
+        gemm.matmul(av, bv, out)
+        np.testing.assert_allclose(out, av.astype(np.float64) @ bv, rtol=1e-4, atol=1e-3)
+    sq = rng.standard_normal((256, 256)).astype(np.float32)
+    ref = sq.astype(np.float64) @ sq
+    gemm.matmul(sq, sq.copy(), sq)                       # out is an input
+    np.testing.assert_allclose(sq, ref, rtol=1e-4, atol=1e-3)
+    out = np.empty((300, 400), np.float32)[:, :200]      # rows of the output not contiguous
+    gemm.matmul(a, b, out)
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_stacked_products_shared_out_among_threads():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((16, 49, 256)).astype(np.float32)
+    b = rng.standard_normal((16, 256, 256)).astype(np.float32)
+    outs = []
+    for threads in (1, 2):
+        out = np.full((16, 49, 256), np.nan, np.float32)
+        _at_threads(threads, lambda: gemm.matmul_stacked(a, b, out))
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[0], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_blas_thread_count_of_the_calling_thread_is_restored():
+    import ctypes
+    lib = gemm._find_lib()
+    local = lib.openblas_set_num_threads_local
+    local.argtypes, local.restype = [ctypes.c_int], ctypes.c_int
+    before = local(2)
+    local(before)
+    a = np.ones((512, 512), np.float32)
+    out = np.empty_like(a)
+    _at_threads(2, lambda: gemm.matmul(a, a, out))
+    _at_threads(1, lambda: gemm.matmul(a, a, out))
+    now = local(before)
+    assert now == before
