@@ -257,6 +257,40 @@ def test_fused_loop_in_place_variant_is_bit_identical(alias):
         fusion.build(np.float32, 4, steps, pats, 1)       # a per-column input cannot be out
 
 
+@pytest.mark.parametrize("flat", [False, True])
+def test_fused_parallel_loop_is_bit_identical_to_serial(flat):
+    """The parallel kernel (the serial loop on one block of rows per thread) gives the serial
+    kernel's bits: per-column, per-row, scalar and full inputs, odd row counts, subnormal
+    inputs and results flushed to zero in every thread, in place too."""
+    from kernels.cpu import fusion
+    rng = np.random.default_rng(8)
+    steps = [("AddV2", (("in", 0), ("in", 1)), ()), ("Mul", (("t", 0), ("in", 2)), ()),
+             ("Sub", (("t", 1), ("in", 3)), ()), ("Relu", (("t", 2),), ())]
+    out_shape = (1001,) if flat else (37, 64)
+    shapes = ([(1001,), (1,), (1001,), (1001,)] if flat
+              else [(37, 64), (64,), (37, 64), (37, 1)])
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    xs[0].reshape(-1)[::7] = np.float32(1e-39)                # subnormal inputs
+    xs[2].reshape(-1)[::5] = np.float32(1e-20)                # subnormal products
+    pats, rows, cols = fusion.plan(shapes, out_shape)
+    assert all(p in "fs" for p in pats) == flat
+    for alias in (None, 0):
+        loop, ploop = fusion.build(np.float32, 4, steps, pats, alias)
+        outs = []
+        for threads in (None, 2, 3):
+            ins = [x.copy() for x in xs]
+            out = ins[0] if alias == 0 else np.empty(out_shape, np.float32)
+            args = [a.reshape(-1) for k, a in enumerate(ins) if k != alias]
+            if threads is None:
+                loop(*args, out.reshape(-1), rows, cols)
+            else:
+                ploop(*args, out.reshape(-1), rows, cols, threads)
+            outs.append(out)
+        for o in outs[1:]:
+            np.testing.assert_array_equal(o, outs[0])
+        assert not np.any((outs[0] != 0) & (np.abs(outs[0]) < np.finfo(np.float32).tiny))
+
+
 def test_schedule_marks_only_programs_with_independent_heavy_nodes(tf):
     a = tf.ones((256, 256))
 
@@ -334,10 +368,12 @@ def test_concurrent_heavy_nodes_leave_blas_thread_count_alone(tf, monkeypatch):
 
 
 def test_heavy_blas_node_beside_another_is_held_to_one_thread_on_its_own_thread():
-    """The limit is OpenBLAS's per-thread count: set on entry when another heavy node runs,
-    restored on exit; the process-wide count never changes."""
+    """The limit is OpenBLAS's per-thread count and numba's (thread-local) count: set on entry
+    when another heavy node runs, restored on exit; the process-wide count never changes."""
     import threading
     import types
+
+    import numba
 
     from threadpoolctl import threadpool_info
 
@@ -354,22 +390,27 @@ def test_heavy_blas_node_beside_another_is_held_to_one_thread_on_its_own_thread(
         alone = executor._heavy_enter(gemm)           # the only heavy node: BLAS keeps its threads
         seen["alone"] = alone
         executor._heavy_exit(alone)
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        seen["numba_before"] = numba.get_num_threads()
         first = executor._heavy_enter(ew)
         second = executor._heavy_enter(gemm)          # beside it: one thread, on this thread only
         seen["beside"] = second
-        seen["inside"] = local(second)                # what the node ran with (and set it back)
+        seen["numba_inside"] = numba.get_num_threads()
+        seen["inside"] = local(second[0])             # what the node ran with (and set it back)
         local(1)
         executor._heavy_exit(second)
         now = local(2)                                # restored on exit
         local(now)
         seen["after"] = now
+        seen["numba_after"] = numba.get_num_threads()
         executor._heavy_exit(first)
 
     t = threading.Thread(target=other)
     t.start()
     t.join()
     assert seen["alone"] is None and seen["beside"] is not None
-    assert seen["inside"] == 1 and seen["after"] == seen["beside"]
+    assert seen["inside"] == 1 and seen["after"] == seen["beside"][0]
+    assert seen["numba_inside"] == 1 and seen["numba_after"] == seen["numba_before"]
     assert executor._heavy["active"] == 0
     assert counts() == before
 

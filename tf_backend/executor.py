@@ -141,22 +141,43 @@ def _blas_local():
 
 
 def _heavy_enter(node):
-    """Returns the BLAS thread count to restore on this thread, or None."""
+    """Returns what to restore on this thread on exit, or None. Beside another heavy node, this
+    one runs on one thread: numba's count on this thread (its parallel kernels and the GEMM
+    team, kernels/cpu/gemm.py) and, for BLAS-backed ops, OpenBLAS's per-thread count (np.matmul
+    paths)."""
     with _heavy_lock:
         _heavy["active"] += 1
         busy = _heavy["active"] >= 2
-    if busy and node.op.split("+", 1)[0] in BLAS_OPS:
+    if not busy:
+        return None
+    blas = None
+    if node.op.split("+", 1)[0] in BLAS_OPS:
         local = _blas_local()
         if local:
-            return local(1)
-    return None
+            blas = local(1)
+    return blas, _numba_threads(1)
+
+
+def _numba_threads(n):
+    """Set numba's thread count on this thread (thread-local in numba); returns the old one."""
+    try:
+        import numba
+        old = numba.get_num_threads()
+        numba.set_num_threads(n)
+        return old
+    except Exception:  # noqa: BLE001 - numba's threading layer unavailable
+        return None
 
 
 def _heavy_exit(restore):
     with _heavy_lock:
         _heavy["active"] -= 1
     if restore is not None:
-        _heavy["local"](restore)
+        blas, threads = restore
+        if blas is not None:
+            _heavy["local"](blas)
+        if threads is not None:
+            _numba_threads(threads)
 
 
 def default_threads():
