@@ -31,6 +31,7 @@ from kernels.cpu import jit
 ENABLED = True          # False: np.matmul everywhere (A/B runs)
 TEAM_MIN = 1 << 18      # multiply-adds; smaller products are not worth a parallel region
 BLOCK = 16              # row/column blocks are multiples of this (OpenBLAS's sgemm tile)
+ROWS_MIN = 32           # rows per block below which a product is cut into column blocks
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
 _state = {"ok": None}
@@ -145,7 +146,7 @@ def matmul(a, b, out):
         return
     P = _blocks()
     pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
-    if P > 1 and M >= 2 * BLOCK * P:         # row blocks
+    if P > 1 and M >= ROWS_MIN * P and (M >= N or N < 2 * BLOCK * P):   # row blocks
         step = _ceil(_ceil(M, P), BLOCK) * BLOCK
         jobs = np.array([(fa[0], fb[0], min(step, M - r), N, K, pa + r * a.strides[0], fa[1],
                           pb, fb[1], pc + r * out.strides[0], N) for r in range(0, M, step)],
