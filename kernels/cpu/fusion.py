@@ -30,11 +30,12 @@ from kernels.elementwise_table import TABLE
 _lock = threading.Lock()
 _built = {}
 
-# Fused loops are memory-bound. On this 2-core machine the parallel loop lost everywhere it was
-# measured: 590 us vs 306 us serial for a (3136, 256) batch-norm affine + Relu on an idle machine,
-# 2.0 ms vs 0.35 ms right after a BLAS GEMM (OpenBLAS threads still spinning), and ResNet-50 as a
-# whole ran 232 ms vs 110 ms per call. More cores have bandwidth to spare: parallel from 8 up.
-PARALLEL = (os.cpu_count() or 1) >= 8
+# Parallel from 2 cores: ResNet-50's batch-norm/residual epilogues (e.g. a (3136, 256) affine +
+# Relu) ran faster on both threads of the team once the GEMMs themselves ran there
+# (kernels/cpu/gemm.py) and the parallel kernel was one serial loop per thread. (Earlier
+# measurements that made this serial below 8 cores were of a parallel loop LLVM did not
+# vectorise, run while OpenBLAS's own threads still spun after a GEMM.)
+PARALLEL = (os.cpu_count() or 1) >= 2
 
 
 def fusable(op, dtype):

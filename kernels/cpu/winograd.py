@@ -40,7 +40,7 @@ from kernels.cpu.scratch import scratch
 TILES_MIN = 40                # tiles per call below which the 16 small GEMMs lose to one GEMM
 CHANNELS_MIN = 16             # a narrow K or N makes the 16 GEMMs inefficient
 CHUNK_BYTES = 16 << 20        # transformed input per chunk of tile rows
-PARALLEL_MIN = 1 << 21        # transformed elements; below this the transforms run on one thread
+PARALLEL_MIN = 1 << 16        # transformed elements; below this the transforms run on one thread
 CACHE_BYTES = 128 << 20      # transformed filters kept (least recently used go first);
                              # ResNet-50's 3x3 layers with >= 40 tiles take 29 MiB
 _cache = collections.OrderedDict()   # key -> (filter view held, U)
