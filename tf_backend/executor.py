@@ -264,19 +264,27 @@ def run(prog, args, threads_pool=None, serial=False):
         r = _Run(prog, vals, p)
         failed = r.failed
         roots = [i for i, c in enumerate(r.counts) if c == 0]
-        if not roots:
-            r.q.put(_DONE)
-        else:
-            for i in roots[1:]:
-                r.q.put(i)
-                if prog.nodes[i].heavy:
-                    p.wake(r)
-            r.work(roots[0])
-            while True:
-                item = r.q.get()
-                if item is _DONE:
-                    break
-                r.work(item)
+        # branches, not numba's team, use the cores here: the caller's kernels run on one
+        # thread like the workers' (else a branch that started alone keeps two threads while
+        # another runs beside it: three busy threads on two cores)
+        threads = _numba_threads(1)
+        try:
+            if not roots:
+                r.q.put(_DONE)
+            else:
+                for i in roots[1:]:
+                    r.q.put(i)
+                    if prog.nodes[i].heavy:
+                        p.wake(r)
+                r.work(roots[0])
+                while True:
+                    item = r.q.get()
+                    if item is _DONE:
+                        break
+                    r.work(item)
+        finally:
+            if threads is not None:
+                _numba_threads(threads)
     ledger.program_ops(prog.op_counts)
     if failed:
         raise _Raise(min(failed.values(), key=lambda f: f.node.id))
