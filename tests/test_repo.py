@@ -41,3 +41,24 @@ def test_tf_private_apis_only_in_adapter():
                     if "tensorflow.python" in src:
                         offenders.append(os.path.join(dirpath, f))
     assert not offenders, offenders
+
+
+def test_no_two_numba_compilations_of_one_function_share_a_cache_file():
+    """numba's on-disk cache files a function by qualified name and line, keyed by signature and
+    bytecode only: a serial and a parallel njit of one function would load each other's code.
+    Every cached dispatcher in kernels/ must have its own qualified name (kernels/cpu/jit.py)."""
+    import importlib
+    import pkgutil
+
+    import kernels.cpu
+    from numba.core.registry import CPUDispatcher
+    seen = {}
+    for info in pkgutil.iter_modules(kernels.cpu.__path__):
+        mod = importlib.import_module(f"kernels.cpu.{info.name}")
+        for obj in vars(mod).values():
+            if isinstance(obj, CPUDispatcher) and type(obj._cache).__name__ != "NullCache":
+                f = obj.py_func
+                key = (f.__code__.co_filename, f.__qualname__, f.__code__.co_firstlineno)
+                opts = bool(obj.targetoptions.get("parallel"))
+                assert seen.setdefault(key, opts) == opts, f"{key}: serial and parallel variants"
+    assert len(seen) > 20
