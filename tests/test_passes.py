@@ -715,3 +715,34 @@ def test_clear_caches_drops_programs_filter_transforms_and_buffers(tf):
     np.testing.assert_array_equal(first, again)
     assert winograd._cache and functions._cache
     tf_backend.clear_caches()
+
+
+def test_one_executor_thread_means_one_numba_thread_in_programs(tf, monkeypatch):
+    """set_threads(1): the program's kernels (here the GEMM team) run on one thread; the caller's
+    numba count is back afterwards. With more threads the team may use numba's pool."""
+    import numba
+
+    from kernels.cpu import gemm
+    from tf_backend import executor
+    seen = []
+    orig = gemm.matmul
+
+    def spy(a, b, out):
+        seen.append(numba.get_num_threads())
+        return orig(a, b, out)
+
+    monkeypatch.setattr(gemm, "matmul", spy)
+    rng = np.random.default_rng(10)
+    x = tf.constant(rng.standard_normal((256, 256)).astype(np.float32))
+    w = tf.constant(rng.standard_normal((256, 256)).astype(np.float32))
+    before = numba.get_num_threads()
+    try:
+        for n in (1, 2):
+            executor.set_threads(n)
+            got = _run(tf, lambda x: tf.nn.relu(tf.matmul(x, w)), x)[0]
+            assert numba.get_num_threads() == before
+        np.testing.assert_allclose(got, np.maximum(x.numpy() @ w.numpy(), 0), rtol=1e-4,
+                                   atol=1e-3)
+    finally:
+        executor.set_threads(executor.default_threads())
+    assert seen[0] == 1 and seen[-1] == before

@@ -197,7 +197,8 @@ def pool():
 
 
 def set_threads(n):
-    """Use n threads in total (the caller plus n-1 workers); 1 = fully serial."""
+    """Use n threads in total (the caller plus n-1 workers); 1 = fully serial (programs then
+    also hold numba's count, the GEMM team's included, to one on the calling thread)."""
     global _pool
     with _pool_lock:
         _pool = Pool(max(0, int(n) - 1))
@@ -257,7 +258,17 @@ def run(prog, args, threads_pool=None, serial=False):
         vals[s] = v
     p = threads_pool if threads_pool is not None else pool()
     failed = {}
-    if serial or p.size == 0 or not prog.parallel:
+    if p.size == 0 and not serial:
+        # one thread in all (set_threads(1), TF_BACKEND_THREADS=1): numba's kernels and the GEMM
+        # team too, not only the executor
+        threads = _numba_threads(1)
+        try:
+            for n in prog.nodes:
+                step(n, vals, failed)
+        finally:
+            if threads is not None:
+                _numba_threads(threads)
+    elif serial or p.size == 0 or not prog.parallel:
         for n in prog.nodes:
             step(n, vals, failed)
     else:
