@@ -213,14 +213,16 @@ def test_conformance_kills_a_fork_chain(tmp_path):
 
 
 def test_plugin_gives_xdist_workers_one_blas_thread(tmp_path):
-    """Under -n N the cores already run N workers: BLAS keeps to one thread in each."""
+    """Under -n N the cores already run N workers: BLAS and numba keep to one thread in each."""
     (tmp_path / "test_blas.py").write_text(textwrap.dedent("""
         import os
+        import numba
         from threadpoolctl import threadpool_info
 
         def test_blas_threads():
             n = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
             assert os.environ.get("PYTEST_XDIST_WORKER") and n and set(n) == {1}, n
+            assert numba.get_num_threads() == 1
     """))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OPENBLAS_NUM_THREADS="2")
     env.pop("TF_BACKEND", None)

@@ -45,13 +45,20 @@ def pytest_configure(config):
 
 
 def _one_blas_thread():
-    """Under pytest-xdist every core already runs a worker: OpenBLAS's own threads, which spin
-    between calls, then only fight the other workers (a model-zoo MLP tf.function took 48 ms
-    per call with two BLAS threads on a loaded 2-core machine, 1.1 ms with one)."""
+    """Under pytest-xdist every core already runs a worker: OpenBLAS's own threads and numba's
+    (our parallel kernels and GEMM team), which spin between calls, then only fight the other
+    workers (a model-zoo MLP tf.function took 48 ms per call with two BLAS threads on a loaded
+    2-core machine, 1.1 ms with one). numba's count is thread-local: this is the thread the
+    tests run on."""
     try:
         from threadpoolctl import threadpool_limits
         _state["blas_limit"] = threadpool_limits(limits=1, user_api="blas")
     except Exception:  # no threadpoolctl or no BLAS found: nothing to limit
+        pass
+    try:
+        import numba
+        numba.set_num_threads(1)
+    except Exception:  # noqa: BLE001 - numba's threading layer unavailable: nothing to limit
         pass
 
 
