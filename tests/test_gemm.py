@@ -85,3 +85,31 @@ def test_blas_thread_count_of_the_calling_thread_is_restored():
     _at_threads(1, lambda: gemm.matmul(a, a, out))
     now = local(before)
     assert now == before
+
+
+def test_products_from_several_threads_at_once():
+    """Callers on several threads share numba's team (OpenMP regions from each thread): every
+    product is right."""
+    import threading
+    rng = np.random.default_rng(3)
+    cases = [(rng.standard_normal((m, k)).astype(np.float32),
+              rng.standard_normal((k, n)).astype(np.float32))
+             for m, k, n in [(300, 200, 100), (40, 500, 300), (128, 128, 128), (500, 64, 64)]]
+    refs = [a.astype(np.float64) @ b for a, b in cases]
+    bad = []
+
+    def work(seed):
+        for i in range(40):
+            j = (seed + i) % len(cases)
+            a, b = cases[j]
+            out = np.empty((a.shape[0], b.shape[1]), np.float32)
+            gemm.matmul(a, b, out)
+            if not np.allclose(out, refs[j], rtol=1e-4, atol=1e-3):
+                bad.append((seed, i))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
