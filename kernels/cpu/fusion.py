@@ -211,7 +211,7 @@ def run(kernels_pair, inputs, out, rows, cols, n_ops=1, alias=None):
         return
     loop, ploop = kernels_pair
     arrays = [a.reshape(-1) for k, a in enumerate(inputs) if k != alias]
-    if PARALLEL and out.size >= ew.PARALLEL_MIN and (cols == 1 or rows >= 4):
+    if PARALLEL and out.size * max(n_ops, 1) >= ew.PARALLEL_MIN and (cols == 1 or rows >= 4):
         threads = numba.get_num_threads()
         if threads > 1:
             ploop(*arrays, out.reshape(-1), rows, cols, threads)
