@@ -13,6 +13,7 @@ import os
 import queue
 import threading
 
+import numba
 import numpy as np
 
 from shape_fns import Spec, Unsupported
@@ -87,7 +88,6 @@ class Pool:
 
     def _worker(self):
         try:  # one numba thread per worker: workers run concurrently with the caller
-            import numba
             numba.set_num_threads(1)
         except Exception:
             pass
@@ -161,7 +161,6 @@ def _heavy_enter(node):
 def _numba_threads(n):
     """Set numba's thread count on this thread (thread-local in numba); returns the old one."""
     try:
-        import numba
         old = numba.get_num_threads()
         numba.set_num_threads(n)
         return old
@@ -258,28 +257,21 @@ def run(prog, args, threads_pool=None, serial=False):
         vals[s] = v
     p = threads_pool if threads_pool is not None else pool()
     failed = {}
-    if p.size == 0 and not serial:
-        # one thread in all (set_threads(1), TF_BACKEND_THREADS=1): numba's kernels and the GEMM
-        # team too, not only the executor
-        threads = _numba_threads(1)
-        try:
+    concurrent = not serial and p.size > 0 and prog.parallel
+    # numba's count held to one on this thread: with one thread in all (set_threads(1),
+    # TF_BACKEND_THREADS=1) for numba's kernels and the GEMM team too, not only the executor;
+    # in a concurrent run because the branches, not numba's team, use the cores (else a branch
+    # that started alone keeps two threads while another runs beside it: three busy threads on
+    # two cores)
+    threads = _numba_threads(1) if not serial and (p.size == 0 or concurrent) else None
+    try:
+        if not concurrent:
             for n in prog.nodes:
                 step(n, vals, failed)
-        finally:
-            if threads is not None:
-                _numba_threads(threads)
-    elif serial or p.size == 0 or not prog.parallel:
-        for n in prog.nodes:
-            step(n, vals, failed)
-    else:
-        r = _Run(prog, vals, p)
-        failed = r.failed
-        roots = [i for i, c in enumerate(r.counts) if c == 0]
-        # branches, not numba's team, use the cores here: the caller's kernels run on one
-        # thread like the workers' (else a branch that started alone keeps two threads while
-        # another runs beside it: three busy threads on two cores)
-        threads = _numba_threads(1)
-        try:
+        else:
+            r = _Run(prog, vals, p)
+            failed = r.failed
+            roots = [i for i, c in enumerate(r.counts) if c == 0]
             if not roots:
                 r.q.put(_DONE)
             else:
@@ -293,9 +285,9 @@ def run(prog, args, threads_pool=None, serial=False):
                     if item is _DONE:
                         break
                     r.work(item)
-        finally:
-            if threads is not None:
-                _numba_threads(threads)
+    finally:
+        if threads is not None:
+            _numba_threads(threads)
     ledger.program_ops(prog.op_counts)
     if failed:
         raise _Raise(min(failed.values(), key=lambda f: f.node.id))

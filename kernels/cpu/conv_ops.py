@@ -109,14 +109,14 @@ _im2col_s = njit(cache=True, nogil=True)(_im2col)
 _im2col_p = jit.parallel(_im2col)
 _runs_s = njit(cache=True, nogil=True)(_im2col_runs)
 _runs_p = jit.parallel(_im2col_runs)
+_col2im_s = njit(cache=True, nogil=True)(_col2im)
+_col2im_p = jit.parallel(_col2im)
 
 
 def _im2col_fn(g, size):
     if g.dw == 1:
         return _runs_p if size >= PARALLEL_MIN else _runs_s
     return _im2col_p if size >= PARALLEL_MIN else _im2col_s
-_col2im_s = njit(cache=True, nogil=True)(_col2im)
-_col2im_p = jit.parallel(_col2im)
 
 
 def _geom_args(g):

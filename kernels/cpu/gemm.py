@@ -24,7 +24,7 @@ import os
 import threading
 
 import numpy as np
-from numba import njit, prange, types
+from numba import config, get_num_threads, njit, prange, types
 
 from kernels.cpu import jit
 
@@ -78,11 +78,8 @@ _dgemm = types.ExternalFunction("tfb_dgemm", types.void(
     _i64, _i64))
 _blas_local = types.ExternalFunction("tfb_blas_local", _i32(_i32))
 
-# one job per row: transa, transb, M, N, K, a address, lda, b address, ldb, c address, ldc
-_FIELDS = 11
-
-
 def _run_jobs(jobs, double):
+    # one job per row: transa, transb, M, N, K, a address, lda, b address, ldb, c address, ldc
     for j in prange(jobs.shape[0]):
         job = jobs[j]
         old = _blas_local(1)
@@ -114,18 +111,21 @@ def _ceil(a, b):
     return -(-a // b)
 
 
-def _threads():
-    from numba import get_num_threads
-    return get_num_threads()
-
-
 def _blocks():
     """How many blocks a product is cut into: numba's thread pool size, fixed for the process.
     The blocks depend on the shapes only, never on the threads at hand (one thread runs them in
     turn), so a result has the same bits however many threads run it: OpenBLAS picks its
     small-matrix kernel by size, whose sums round differently from its packed kernel's."""
-    from numba import config
     return config.NUMBA_NUM_THREADS
+
+
+def _team_can_run(a, b, out, work):
+    """Products too small, of another dtype, with an output overlapping an operand (np.matmul
+    copies such an operand) or without the library go to np.matmul."""
+    dt = out.dtype
+    return (work >= TEAM_MIN and dt in (np.float32, np.float64) and a.dtype == dt
+            and b.dtype == dt and ENABLED and available()
+            and not np.may_share_memory(out, a) and not np.may_share_memory(out, b))
 
 
 def matmul(a, b, out):
@@ -134,15 +134,10 @@ def matmul(a, b, out):
     M, K = a.shape
     N = b.shape[1]
     dt = out.dtype
-    if (M * N * K < TEAM_MIN or dt not in (np.float32, np.float64) or a.dtype != dt
-            or b.dtype != dt or not ENABLED or not available()):
-        np.matmul(a, b, out=out)
-        return
     fa, fb = _operand(a, M, K), _operand(b, K, N)
     if (fa is None or fb is None or out.strides[1] != dt.itemsize
-            or out.strides[0] != N * dt.itemsize
-            or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
-        np.matmul(a, b, out=out)   # (numpy copies an operand that overlaps the output)
+            or out.strides[0] != N * dt.itemsize or not _team_can_run(a, b, out, M * N * K)):
+        np.matmul(a, b, out=out)
         return
     P = _blocks()
     pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
@@ -158,7 +153,7 @@ def matmul(a, b, out):
                          for c in range(0, N, step)], np.int64)
     else:
         jobs = np.array([(fa[0], fb[0], M, N, K, pa, fa[1], pb, fb[1], pc, N)], np.int64)
-    (_team if len(jobs) > 1 and _threads() > 1 else _one)(jobs, dt == np.float64)
+    (_team if len(jobs) > 1 and get_num_threads() > 1 else _one)(jobs, dt == np.float64)
 
 
 def matmul_stacked(a, b, out):
@@ -167,14 +162,12 @@ def matmul_stacked(a, b, out):
     B, M, K = a.shape
     N = b.shape[2]
     dt = out.dtype
-    if (B * M * N * K < TEAM_MIN or dt not in (np.float32, np.float64) or a.dtype != dt
-            or b.dtype != dt or not ENABLED or not available()
-            or not (a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous)
-            or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
+    if (not (a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous)
+            or not _team_can_run(a, b, out, B * M * N * K)):
         np.matmul(a, b, out=out)
         return
     pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
     sa, sb, sc = a.strides[0], b.strides[0], out.strides[0]
     jobs = np.array([(_NO_TRANS, _NO_TRANS, M, N, K, pa + i * sa, K, pb + i * sb, N,
                       pc + i * sc, N) for i in range(B)], np.int64)
-    (_team if _threads() > 1 else _one)(jobs, dt == np.float64)
+    (_team if get_num_threads() > 1 else _one)(jobs, dt == np.float64)

@@ -14,6 +14,7 @@ _j = njit(cache=True, nogil=True)
 def _jp(fn):
     return jit.parallel(fn)
 
+
 # --- Cast ----------------------------------------------------------------------------------
 CAST_DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "int64", "float32", "float64",
                "float16", "bfloat16")
