@@ -37,7 +37,7 @@ def main(argv=None):
     import tensorflow as tf
 
     import tf_backend
-    from kernels.cpu import winograd
+    from kernels.cpu import filter_cache, winograd
     from tf_backend import executor
 
     keras.utils.set_random_seed(0)
@@ -45,7 +45,7 @@ def main(argv=None):
     x = tf.constant(np.random.default_rng(0).standard_normal((1, 224, 224, 3)).astype(np.float32))
     fa = tf.function(lambda x: model(x, training=False))
     fb = fa
-    tiles, cache = winograd.TILES_MIN, winograd.CACHE_BYTES
+    tiles, cache = winograd.TILES_MIN, filter_cache.CACHE_BYTES
 
     import ast
     import importlib
@@ -63,9 +63,9 @@ def main(argv=None):
         if args.compare == "winograd":
             winograd.TILES_MIN = tiles if on else 1 << 62
         elif args.compare == "filter-cache":
-            winograd.CACHE_BYTES = cache if on else 0
+            filter_cache.CACHE_BYTES = cache if on else 0
             if not on:
-                winograd.clear_cache()
+                filter_cache.clear()
 
     tf_backend.enable()
     fa(x)

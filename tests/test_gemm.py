@@ -113,3 +113,68 @@ def test_products_from_several_threads_at_once():
     for t in threads:
         t.join()
     assert not bad
+
+
+def _foreign(a):
+    """A read-only array over memory numpy does not own, as a view of a TensorFlow tensor is."""
+    v = np.frombuffer(a.tobytes(), a.dtype).reshape(a.shape)
+    assert not v.flags.writeable and isinstance(v.base.base, bytes)
+    return v
+
+
+@pytest.mark.parametrize("M,K,N", [(49, 700, 130), (1, 2048, 1000), (128, 64, 64), (7, 33, 150)])
+def test_few_row_products_with_a_kept_weight_read_its_transpose(monkeypatch, M, K, N):
+    """b_stays and b a read-only view of foreign memory: `_nt` multiplies by b's transpose,
+    made once and kept in filter_cache; the result matches float64 and has the same bits at
+    one and two threads. Our own (writable) weights are never kept: they go to BLAS."""
+    from kernels.cpu import filter_cache
+    filter_cache.clear()
+    made, runs = [], []
+    real_t, real_nt = gemm._transposed, gemm._nt_team
+    monkeypatch.setattr(gemm, "_transposed", lambda b: (made.append(1), real_t(b))[1])
+    monkeypatch.setattr(gemm, "_nt_team", lambda *args: (runs.append(1), real_nt(*args))[1])
+    rng = np.random.default_rng(M * N)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    own = rng.standard_normal((K, N)).astype(np.float32)
+    b = _foreign(own)
+    exact = a.astype(np.float64) @ own.astype(np.float64)
+    outs = []
+    for threads in (1, 2, 2):
+        out = np.full((M, N), np.nan, np.float32)
+        _at_threads(threads, lambda: gemm.matmul(a, b, out, b_stays=True))
+        outs.append(out)
+    assert len(made) == 1 and len(runs) == 3 and filter_cache.entries("transposed") == 1
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[1], outs[2])
+    np.testing.assert_allclose(outs[0], exact, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+    out = np.empty((M, N), np.float32)
+    gemm.matmul(a, own, out, b_stays=True)          # ours: not kept, BLAS
+    gemm.matmul(a, b, out)                          # not said to stay: BLAS
+    assert len(made) == 1 and len(runs) == 3 and filter_cache.entries() == 1
+    np.testing.assert_allclose(out, exact, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+    filter_cache.clear()
+
+
+def test_few_row_products_keep_ieee_inf_and_nan(monkeypatch):
+    """No fast-math assumptions about Inf and NaN: they come out where a float64 product has
+    them (0 * Inf = NaN, Inf + finite = Inf)."""
+    runs = []
+    real_nt = gemm._nt_team
+    monkeypatch.setattr(gemm, "_nt_team", lambda *args: (runs.append(1), real_nt(*args))[1])
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((9, 200)).astype(np.float32)
+    bt = rng.standard_normal((20, 200)).astype(np.float32)
+    a[2, 5] = np.inf
+    a[4, 7] = np.nan
+    bt[3] = 0
+    bt[6, 9] = -np.inf
+    out = np.empty((9, 20), np.float32)
+    gemm.matmul(a, bt.T, out)
+    assert runs, "not the few-row kernel"
+    with np.errstate(invalid="ignore"):
+        ref = a.astype(np.float64) @ bt.T.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_array_equal(np.isposinf(out), np.isposinf(ref))
+    np.testing.assert_array_equal(np.isneginf(out), np.isneginf(ref))
+    fin = np.isfinite(ref)
+    np.testing.assert_allclose(out[fin], ref[fin], rtol=1e-4, atol=1e-3)

@@ -639,18 +639,31 @@ def test_memo_error_in_a_weight_derived_node_names_that_node(tf):
     assert not np.allclose(ok, again)
 
 
-def test_winograd_filter_cache_follows_variable_updates(tf):
-    """An inference program's 3x3 filter variable is transformed once and cached; assign,
-    assign_add and an optimizer step all show in the next call. Eager calls and a training
-    function (it writes a variable) never cache."""
-    from kernels.cpu import winograd
+@pytest.mark.parametrize("case", ["conv3x3", "conv1x1_7x7", "matmul"])
+def test_kept_weight_forms_follow_variable_updates(tf, case):
+    """An inference program's weight variable has its derived form (a 3x3 filter's Winograd
+    transform; a few-row product's transposed weight, in a 1x1 convolution and in a MatMul)
+    made once and kept; assign, assign_add and an optimizer step all show in the next call.
+    Eager calls and a training function (it writes a variable) never keep one."""
+    from kernels.cpu import filter_cache
     rng = np.random.default_rng(4)
-    filt = tf.Variable(rng.uniform(-1, 1, (3, 3, 16, 16)).astype(np.float32))
-    bias = tf.Variable(rng.uniform(-1, 1, 16).astype(np.float32))
+    if case == "matmul":
+        kind, n = "transposed", 300
+        filt = tf.Variable(rng.uniform(-1, 1, (300, 64)).astype(np.float32))
+        bias = tf.Variable(rng.uniform(-1, 1, 64).astype(np.float32))
+        x = tf.constant(rng.uniform(-1, 1, (8, 300)).astype(np.float32))
+    else:
+        k = 3 if case == "conv3x3" else 1
+        kind, n = ("winograd" if k == 3 else "transposed"), k * k * 16
+        filt = tf.Variable(rng.uniform(-1, 1, (k, k, 16, 64)).astype(np.float32))
+        bias = tf.Variable(rng.uniform(-1, 1, 64).astype(np.float32))
+        x = tf.constant(rng.uniform(-1, 1, (1, 20 if k == 3 else 7, 20 if k == 3 else 7, 16))
+                        .astype(np.float32))
     step_var = tf.Variable(0.0)
-    x = tf.constant(rng.uniform(-1, 1, (1, 20, 20, 16)).astype(np.float32))
 
     def f(x):
+        if case == "matmul":
+            return tf.matmul(x, filt) + bias
         return tf.nn.conv2d(x, filt, 1, "SAME") + bias
 
     def train(x):
@@ -659,28 +672,27 @@ def test_winograd_filter_cache_follows_variable_updates(tf):
 
     prog = _program(tf, f, x)
     passes.optimize(prog)
-    convs = [n for n in prog.nodes if n.op.startswith("Conv2D")]
+    convs = [n for n in prog.nodes if n.op.startswith(("Conv2D", "MatMul"))]
     assert convs and any(n.kind == "reads" for n in prog.nodes), prog.dump()
     fn, tr = tf.function(f), tf.function(train)
-    winograd.clear_cache()
+    filter_cache.clear()
     functions.clear_cache()
-    n = 16 * 3 * 3 * 16
     tol = dict(rtol=1e-4, atol=1e-4 * np.sqrt(n) / 10)
     with tf_backend.enabled():
         f(x)
         tr(x)
-    assert not winograd._cache, "an eager call or a training function cached a filter"
+    assert not filter_cache.entries(), "an eager call or a training function cached a filter"
     opt = tf.keras.optimizers.SGD(0.1)
     for step in range(4):
         with tf_backend.enabled():
             ours, eager = np.asarray(fn(x)), np.asarray(f(x))
         # the filter cached before the update stays (until evicted) beside the new one
-        assert len(winograd._cache) == (1 if step == 0 else 2), "filter not cached"
+        assert filter_cache.entries(kind) == (1 if step == 0 else 2), "filter not cached"
         tf_backend.disable()
         ref = np.asarray(fn(x))
         np.testing.assert_allclose(ours, ref, **tol)
         np.testing.assert_allclose(eager, ref, **tol)
-        winograd.clear_cache()
+        filter_cache.clear()
         with tf_backend.enabled():
             fn(x)                   # cache the filter the update below must not write in place
         if step == 0:
@@ -689,14 +701,14 @@ def test_winograd_filter_cache_follows_variable_updates(tf):
             filt.assign_add(tf.ones_like(filt))
         elif step == 2:
             opt.apply_gradients([(tf.ones_like(filt), filt)])
-    winograd.clear_cache()
+    filter_cache.clear()
 
 
 def test_clear_caches_drops_programs_filter_transforms_and_buffers(tf):
     """clear_caches empties every cache of ours (compiled programs with their memo states,
     Winograd transforms holding filter views, the buffer pool); the next call compiles again
     and gives the same result."""
-    from kernels.cpu import winograd
+    from kernels.cpu import filter_cache
     from tf_backend import alloc
     rng = np.random.default_rng(6)
     filt = tf.Variable(rng.uniform(-1, 1, (3, 3, 16, 16)).astype(np.float32))
@@ -707,13 +719,13 @@ def test_clear_caches_drops_programs_filter_transforms_and_buffers(tf):
     with tf_backend.enabled():
         first = np.asarray(fn(x))
     alloc.empty((512, 1024), np.float32)      # a pooled buffer (>= alloc.POOL_MIN)
-    assert winograd._cache and functions._cache and alloc.pool_stats()[0]
+    assert filter_cache.entries() and functions._cache and alloc.pool_stats()[0]
     tf_backend.clear_caches()
-    assert not winograd._cache and not functions._cache and alloc.pool_stats() == (0, 0)
+    assert not filter_cache.entries() and not functions._cache and alloc.pool_stats() == (0, 0)
     with tf_backend.enabled():
         again = np.asarray(fn(x))
     np.testing.assert_array_equal(first, again)
-    assert winograd._cache and functions._cache
+    assert filter_cache.entries() and functions._cache
     tf_backend.clear_caches()
 
 
@@ -727,9 +739,9 @@ def test_one_executor_thread_means_one_numba_thread_in_programs(tf, monkeypatch)
     seen = []
     orig = gemm.matmul
 
-    def spy(a, b, out):
+    def spy(a, b, out, b_stays=False):
         seen.append(numba.get_num_threads())
-        return orig(a, b, out)
+        return orig(a, b, out, b_stays)
 
     monkeypatch.setattr(gemm, "matmul", spy)
     rng = np.random.default_rng(10)

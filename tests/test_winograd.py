@@ -3,7 +3,7 @@ float64 result, without TensorFlow (the op table checks it against stock)."""
 import numpy as np
 import pytest
 
-from kernels.cpu import conv_ops, winograd
+from kernels.cpu import conv_ops, filter_cache, winograd
 from shape_fns.conv_ops import conv_geometry
 
 
@@ -115,7 +115,7 @@ def test_transformed_filters_cached_only_for_foreign_read_only_memory(monkeypatc
     x = rng.uniform(-1, 1, (1, 20, 20, 16)).astype(np.float32)
     f = rng.uniform(-1, 1, (3, 3, 16, 16)).astype(np.float32)
     g = _geom(x.shape, f.shape)
-    winograd.clear_cache()
+    filter_cache.clear()
     calls = []
     real = winograd._filter
     monkeypatch.setattr(winograd, "_filter", lambda a, u: (calls.append(1), real(a, u)))
@@ -133,7 +133,7 @@ def test_transformed_filters_cached_only_for_foreign_read_only_memory(monkeypatc
     n = len(calls)
     for _ in range(2):                           # not asked to cache: every call
         assert winograd.conv3x3(x, tf_like, out, g)
-    assert len(calls) == n + 2 and not winograd._cache
+    assert len(calls) == n + 2 and not filter_cache.entries()
     n = len(calls)
     for _ in range(3):
         assert winograd.conv3x3(x, tf_like, out, g, cache=True)
@@ -142,8 +142,8 @@ def test_transformed_filters_cached_only_for_foreign_read_only_memory(monkeypatc
     other = _foreign(f * 2)                      # another buffer: its own transform
     assert winograd.conv3x3(x, other, out, g, cache=True) and len(calls) == n + 2
     assert np.allclose(out, 2 * ref, rtol=1e-5, atol=1e-5)
-    monkeypatch.setattr(winograd, "CACHE_BYTES", 0)   # over budget: only the newest is kept
+    monkeypatch.setattr(filter_cache, "CACHE_BYTES", 0)   # over budget: only the newest is kept
     third = _foreign(f * 3)
     assert winograd.conv3x3(x, third, out, g, cache=True)
-    assert len(winograd._cache) == 1
-    winograd.clear_cache()
+    assert filter_cache.entries() == 1
+    filter_cache.clear()

@@ -41,13 +41,14 @@ def reset_stats():
 
 def clear_caches():
     """Drop what the backend keeps between calls: compiled tf.function programs (and the
-    weight-derived values they memoise), cached Winograd filter transforms and pooled output
+    weight-derived values they memoise), weight forms kept for inference (Winograd transforms, transposed
+    matrices) and pooled output
     buffers. Variables' buffers they held are released; the next calls compile and fill again."""
-    from kernels.cpu import winograd
+    from kernels.cpu import filter_cache
 
     from . import alloc, functions
     functions.clear_cache()
-    winograd.clear_cache()
+    filter_cache.clear()
     alloc.trim()
 
 

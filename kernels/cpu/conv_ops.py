@@ -155,7 +155,7 @@ def conv_nhwc(x, f, out, g, filter_is_variable=False):
     o2 = out.reshape(N * OH * OW, CO)
     if _pointwise(g):
         xs = x if g.sh == g.sw == 1 else np.ascontiguousarray(x[:, ::g.sh, ::g.sw])
-        gemm.matmul(xs.reshape(-1, C), w2, o2)
+        gemm.matmul(xs.reshape(-1, C), w2, o2, filter_is_variable)
         return
     if (winograd.applies(x, f, g)
             and winograd.conv3x3(x, f, out, g, filter_is_variable)):
@@ -170,7 +170,7 @@ def conv_nhwc(x, f, out, g, filter_is_variable=False):
         q1 = min(Q, q0 + step)
         m = (q1 - q0) * OW
         im2col(x, cols3, q0, q1, OH, OW, *_geom_args(g))
-        gemm.matmul(cols[:m], w2, o2[q0 * OW:q1 * OW])
+        gemm.matmul(cols[:m], w2, o2[q0 * OW:q1 * OW], filter_is_variable)
 
 
 def backprop_input_nhwc(f, dy, dx, g):

@@ -62,13 +62,13 @@ def _int_matmul(x, y, out):
     f(x3, y3, out.reshape(nb, m, n))
 
 
-def _product(x, y, out):
+def _product(x, y, out, y_stays=False):
     if out.dtype.itemsize == 2:   # float16/bfloat16 (no 16-bit integers here)
         r = quiet(np.matmul, x.astype(np.float32), y.astype(np.float32))
         quiet(np.copyto, out, r, casting="unsafe")
     elif out.dtype.kind == "f":   # 0 * inf = NaN is TensorFlow's answer too
         if out.ndim == 2:
-            quiet(gemm.matmul, x, y, out)
+            quiet(gemm.matmul, x, y, out, y_stays)
         else:
             quiet(np.matmul, x, y, out=out)
     else:
@@ -78,7 +78,8 @@ def _product(x, y, out):
 @kernel("MatMul", dtypes=NUM + HALF)
 def matmul(inputs, outputs, attrs):
     a, b = inputs
-    _product(a.T if attrs["transpose_a"] else a, b.T if attrs["transpose_b"] else b, outputs[0])
+    _product(a.T if attrs["transpose_a"] else a, b.T if attrs["transpose_b"] else b, outputs[0],
+             attrs.get("_filter_is_variable", False))
 
 
 @kernel("BatchMatMul", "BatchMatMulV2", dtypes=NUM + HALF)

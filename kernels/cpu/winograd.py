@@ -17,35 +17,21 @@ patch's other outputs through the transforms (Inf - Inf), and a near-overflow in
 in them; so when any output is not finite, `conv3x3` reports it and the caller recomputes the
 convolution the direct way.
 
-Transformed filters are cached when the caller says the filter is a variable read by a program
-that writes no variables (an inference function: tf_backend's batch_reads pass marks such
-Conv2D nodes) and the filter is read-only memory owned outside numpy (a view of a TensorFlow
-tensor). TensorFlow does not write a buffer that something else still references (an
-assignment or optimizer update to a shared buffer copies to a new one), and the cache holds the
-view, so the same address, shape and strides mean the same values. Inside ResNet-50 the
-transform of a 3x3x256x256 filter read cold from memory took about 1 ms per call, close to the
-convolution's GEMMs. Everything else (eager calls, training functions, whose filters change
-every step and whose held buffers would make each update a copy, and our own arrays) is
-transformed on every call.
+Transformed filters are kept between calls where filter_cache.py allows it (inference
+functions: the filter is a variable read by a program that writes no variables). Inside
+ResNet-50 the transform of a 3x3x256x256 filter read cold from memory took about 1 ms per call,
+close to the convolution's GEMMs.
 """
-import collections
-import threading
-
 import numpy as np
 from numba import njit, prange
 
-from kernels.cpu import gemm, jit
+from kernels.cpu import filter_cache, gemm, jit
 from kernels.cpu.scratch import scratch
 
 TILES_MIN = 40                # tiles per call below which the 16 small GEMMs lose to one GEMM
 CHANNELS_MIN = 16             # a narrow K or N makes the 16 GEMMs inefficient
 CHUNK_BYTES = 16 << 20        # transformed input per chunk of tile rows
 PARALLEL_MIN = 1 << 16        # transformed elements; below this the transforms run on one thread
-CACHE_BYTES = 128 << 20      # transformed filters kept (least recently used go first);
-                             # ResNet-50's 3x3 layers with >= 40 tiles take 29 MiB
-_cache = collections.OrderedDict()   # key -> (filter view held, U)
-_cache_lock = threading.Lock()
-_cache_size = [0]
 
 
 def applies(x, f, g):
@@ -194,44 +180,13 @@ def conv3x3(x, f, out, g, cache=False):
     return True
 
 
-def _cacheable(f):
-    return not f.flags.writeable and _foreign_owner(f)
-
-
-def _foreign_owner(a):
-    """True when the memory under `a` (through any chain of views) belongs to an object that is
-    not a numpy array: a TensorFlow tensor's buffer (see the module doc). Our own arrays and
-    views of them never qualify."""
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a.base is not None
-
-
 def _filter_cached(f):
     """The transformed filter from the cache (computed and stored on a miss), or None when `f`
     is not cacheable."""
-    if not _cacheable(f):
-        return None
-    key = (f.__array_interface__["data"][0], f.shape, f.strides)
-    with _cache_lock:
-        hit = _cache.get(key)
-        if hit is not None:
-            _cache.move_to_end(key)
-            return hit[1]
+    return filter_cache.get(f, "winograd", _transformed)
+
+
+def _transformed(f):
     U = np.empty((16,) + f.shape[2:], np.float32)
     _filter(f, U)
-    U.flags.writeable = False
-    with _cache_lock:
-        if key not in _cache:
-            _cache[key] = (f, U)
-            _cache_size[0] += U.nbytes
-            while _cache_size[0] > CACHE_BYTES and len(_cache) > 1:
-                _, (_, old) = _cache.popitem(last=False)
-                _cache_size[0] -= old.nbytes
     return U
-
-
-def clear_cache():
-    with _cache_lock:
-        _cache.clear()
-        _cache_size[0] = 0

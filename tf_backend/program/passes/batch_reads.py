@@ -59,10 +59,11 @@ def run(prog):
 
 
 def _mark_variable_filters(prog, read_slots):
-    """Conv2D nodes whose filter is a variable read here: with no variable writes in the
-    program, the Winograd kernel may keep the filter's transform between calls
-    (kernels/cpu/winograd.py; training programs and eager calls transform every call)."""
+    """Conv2D and MatMul nodes whose filter (second operand) is a variable read here: with no
+    variable writes in the program, the kernels may keep forms of it between calls (Winograd
+    transforms, transposed weights: kernels/cpu/filter_cache.py; training programs and eager
+    calls derive them every call or not at all)."""
     for n in prog.nodes:
-        if n.kind == "kernel" and n.op == "Conv2D" and len(n.inputs) == 2 \
+        if n.kind == "kernel" and n.op in ("Conv2D", "MatMul") and len(n.inputs) == 2 \
                 and n.inputs[1] in read_slots:
             n.attrs = {**n.attrs, "_filter_is_variable": True}

@@ -1,0 +1,76 @@
+"""Derived forms of weights kept between calls: Winograd-transformed filters (winograd.py) and
+transposed weight matrices for the small-batch product (gemm.py).
+
+A weight qualifies when the caller says it is a variable read by a program that writes no
+variables (an inference function: tf_backend's batch_reads pass marks such Conv2D and MatMul
+nodes) and it is read-only memory owned outside numpy (a view of a TensorFlow tensor).
+TensorFlow does not write a buffer that something else still references (an assignment or
+optimizer update to a shared buffer copies to a new one), and an entry holds the view, so the
+same address, shape and strides mean the same values. Everything else (eager calls, training
+functions, whose weights change every step and whose held buffers would make each update a
+copy, and our own arrays) is derived on every call or not at all.
+
+One budget for all kinds; the least recently used entries go first.
+"""
+import collections
+import threading
+
+import numpy as np
+
+CACHE_BYTES = 256 << 20   # ResNet-50 at batch 1 keeps about 100 MiB (README)
+_cache = collections.OrderedDict()   # (kind, address, shape, strides) -> (weight view, derived)
+_lock = threading.Lock()
+_size = [0]
+
+
+def cacheable(w):
+    return not w.flags.writeable and _foreign_owner(w)
+
+
+def _foreign_owner(a):
+    """True when the memory under `a` (through any chain of views) belongs to an object that is
+    not a numpy array: a TensorFlow tensor's buffer. Our own arrays and views of them never
+    qualify."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a.base is not None
+
+
+def get(w, kind, make):
+    """make(w) (a new array, made read-only here) for a cacheable `w`, from the cache when it
+    is there; None when `w` is not cacheable."""
+    if not cacheable(w):
+        return None
+    key = (kind, w.__array_interface__["data"][0], w.shape, w.strides)
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit[1]
+    d = make(w)
+    d.flags.writeable = False
+    with _lock:
+        if key not in _cache:
+            _cache[key] = (w, d)
+            _size[0] += d.nbytes
+            while _size[0] > CACHE_BYTES and len(_cache) > 1:
+                _, (_, old) = _cache.popitem(last=False)
+                _size[0] -= old.nbytes
+    return d
+
+
+def entries(kind=None):
+    """How many entries (of one kind) the cache holds."""
+    with _lock:
+        return sum(1 for k in _cache if kind is None or k[0] == kind)
+
+
+def nbytes():
+    with _lock:
+        return _size[0]
+
+
+def clear():
+    with _lock:
+        _cache.clear()
+        _size[0] = 0
