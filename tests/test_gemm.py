@@ -72,19 +72,41 @@ def test_stacked_products_shared_out_among_threads():
     np.testing.assert_allclose(outs[0], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
 
 
-def test_blas_thread_count_of_the_calling_thread_is_restored():
-    import ctypes
-    lib = gemm._find_lib()
-    local = lib.openblas_set_num_threads_local
-    local.argtypes, local.restype = [ctypes.c_int], ctypes.c_int
-    before = local(2)
-    local(before)
-    a = np.ones((512, 512), np.float32)
+def test_blas_thread_count_is_one_during_products_and_restored_after_many_threads():
+    """OpenBLAS is held to one thread while a product runs and gets its own count back after,
+    also when products on several threads overlap (in OpenBLAS 0.3.31 the "thread-local"
+    setter is process-wide: per-thread set-and-restore from two threads left it at one)."""
+    import threading
+    get = gemm._threads["get"]
+    before = get()
+    assert before > 1 or numba.config.NUMBA_NUM_THREADS == 1, "run with OpenBLAS threads"
+    seen = []
+    real = gemm._one
+
+    def spy(jobs, double):
+        seen.append(get())
+        return real(jobs, double)
+
+    a = np.ones((256, 256), np.float32)
     out = np.empty_like(a)
-    _at_threads(2, lambda: gemm.matmul(a, a, out))
-    _at_threads(1, lambda: gemm.matmul(a, a, out))
-    now = local(before)
-    assert now == before
+    gemm._one, old = spy, gemm._one
+    try:
+        _at_threads(1, lambda: gemm.matmul(a, a, out))
+    finally:
+        gemm._one = old
+    assert seen == [1] and get() == before
+
+    def many():
+        o = np.empty_like(a)
+        for _ in range(200):
+            _at_threads(1, lambda: gemm.matmul(a, a, o))
+
+    threads = [threading.Thread(target=many) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert get() == before and gemm._threads["holders"] == 0
 
 
 def test_products_from_several_threads_at_once():

@@ -292,36 +292,43 @@ def test_fused_parallel_loop_is_bit_identical_to_serial(flat):
 
 
 def test_schedule_marks_only_programs_with_independent_heavy_nodes(tf):
-    a = tf.ones((256, 256))
+    a = tf.ones((512, 1024))
 
-    def two_branch(a):
-        return tf.reduce_sum(tf.matmul(a, a) + 1.0) + tf.reduce_sum(tf.matmul(a * 2.0, a))
+    def two_branch(a):      # two big scans (serial kernels), neither depending on the other
+        return tf.math.cumsum(a, axis=1) + tf.math.cumsum(a * 2.0, axis=0)
 
     def chain(a):
-        return tf.matmul(tf.matmul(a, a), a)
+        return tf.math.cumsum(tf.math.cumsum(a, axis=1), axis=0)
 
-    p = _program(tf, two_branch, a)
-    passes.optimize(p)
-    assert p.parallel
-    p = _program(tf, chain, a)
-    passes.optimize(p)
-    assert not p.parallel
+    def small(a):           # independent, but each cheaper than handing it to a worker
+        b = a[:64, :1024]
+        return tf.math.cumsum(b, axis=1) + tf.math.cumsum(b * 2.0, axis=0)
+
+    for fn, want in ((two_branch, True), (chain, False), (small, False)):
+        p = _program(tf, fn, a)
+        passes.optimize(p)
+        assert p.parallel is want, fn.__name__
 
 
-def test_schedule_keeps_blas_nodes_serial_on_small_machines(tf, monkeypatch):
-    """Two independent GEMMs: concurrent only where BLAS does not already use every core."""
+def test_schedule_keeps_self_splitting_nodes_serial_on_small_machines(tf, monkeypatch):
+    """Two independent GEMMs, or two elementwise chains big enough for numba's team: concurrent
+    only where they do not already use every core by themselves."""
     from tf_backend.program.passes import schedule
-    a = tf.ones((256, 256))
+    a = tf.ones((512, 512))
 
     def two_gemms(a):
         return tf.matmul(a, a), tf.matmul(a * 2.0, a)
 
-    for serial in (True, False):
-        monkeypatch.setattr(schedule, "SERIAL_BLAS", serial)
-        p = _program(tf, two_gemms, a)
-        passes.optimize(p)
-        assert p.parallel is not serial
-        assert [n.heavy for n in p.nodes if n.op.startswith("MatMul")] == [not serial] * 2
+    def two_chains(a):
+        return tf.exp(a * 0.01) * tf.sin(a), tf.cos(a * 0.5) + tf.sin(a)
+
+    for fn, op in ((two_gemms, "MatMul"), (two_chains, "Fused")):
+        for serial in (True, False):
+            monkeypatch.setattr(schedule, "SERIAL_SPLITTING", serial)
+            p = _program(tf, fn, a)
+            passes.optimize(p)
+            assert p.parallel is not serial, (fn.__name__, serial)
+            assert [n.heavy for n in p.nodes if n.op.startswith(op)] == [not serial] * 2
 
 
 def test_concurrent_heavy_nodes_leave_blas_thread_count_alone(tf, monkeypatch):
@@ -353,7 +360,7 @@ def test_concurrent_heavy_nodes_leave_blas_thread_count_alone(tf, monkeypatch):
     executor.set_threads(2)
     try:
         for serial in (True, False):
-            monkeypatch.setattr(schedule, "SERIAL_BLAS", serial)
+            monkeypatch.setattr(schedule, "SERIAL_SPLITTING", serial)
             functions.clear_cache()
             with tf_backend.enabled():
                 for _ in range(20):
@@ -367,41 +374,37 @@ def test_concurrent_heavy_nodes_leave_blas_thread_count_alone(tf, monkeypatch):
         functions.clear_cache()
 
 
-def test_heavy_blas_node_beside_another_is_held_to_one_thread_on_its_own_thread():
-    """The limit is OpenBLAS's per-thread count and numba's (thread-local) count: set on entry
-    when another heavy node runs, restored on exit; the process-wide count never changes."""
+def test_heavy_blas_node_beside_another_is_held_to_one_thread():
+    """Beside another heavy node a BLAS-backed node runs with numba's (thread-local) count and
+    numpy's OpenBLAS at one thread; both are restored on exit, OpenBLAS once no node holds it."""
     import threading
     import types
 
     import numba
 
-    from threadpoolctl import threadpool_info
-
+    from kernels.cpu import gemm as blas
     from tf_backend import executor
-    local = executor._blas_local()
-    if not local:
-        pytest.skip("numpy's BLAS is not an OpenBLAS with openblas_set_num_threads_local")
-    counts = lambda: {i["filepath"]: i["num_threads"] for i in threadpool_info()}  # noqa: E731
-    before = counts()
+    if not blas.available():
+        pytest.skip("numpy's BLAS is not scipy-openblas")
+    get = blas._threads["get"]
+    before = get()
     gemm, ew = types.SimpleNamespace(op="Conv2D+epilogue"), types.SimpleNamespace(op="Fused")
     seen = {}
 
     def other():
         alone = executor._heavy_enter(gemm)           # the only heavy node: BLAS keeps its threads
         seen["alone"] = alone
+        seen["blas_alone"] = get()
         executor._heavy_exit(alone)
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
         seen["numba_before"] = numba.get_num_threads()
         first = executor._heavy_enter(ew)
-        second = executor._heavy_enter(gemm)          # beside it: one thread, on this thread only
+        second = executor._heavy_enter(gemm)          # beside it: one thread
         seen["beside"] = second
         seen["numba_inside"] = numba.get_num_threads()
-        seen["inside"] = local(second[0])             # what the node ran with (and set it back)
-        local(1)
+        seen["blas_inside"] = get()
         executor._heavy_exit(second)
-        now = local(2)                                # restored on exit
-        local(now)
-        seen["after"] = now
+        seen["blas_after"] = get()
         seen["numba_after"] = numba.get_num_threads()
         executor._heavy_exit(first)
 
@@ -409,10 +412,10 @@ def test_heavy_blas_node_beside_another_is_held_to_one_thread_on_its_own_thread(
     t.start()
     t.join()
     assert seen["alone"] is None and seen["beside"] is not None
-    assert seen["inside"] == 1 and seen["after"] == seen["beside"][0]
+    assert seen["blas_alone"] == before and seen["blas_inside"] == 1
+    assert seen["blas_after"] == before and get() == before
     assert seen["numba_inside"] == 1 and seen["numba_after"] == seen["numba_before"]
     assert executor._heavy["active"] == 0
-    assert counts() == before
 
 
 def test_batch_reads_one_call_for_inference_reads_only(tf):

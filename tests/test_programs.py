@@ -250,7 +250,13 @@ def test_tracing_and_disabled_mode_are_stock(tf):
     functions.clear_cache()
 
 
-def test_results_identical_single_and_multi_threaded(tf):
+@pytest.mark.parametrize("splitting_serial", [True, False], ids=["small-machine", "concurrent"])
+def test_results_identical_single_and_multi_threaded(tf, monkeypatch, splitting_serial):
+    """Bit for bit at 1, 2 and 4 threads: with the branches' chains split over numba's team one
+    after the other (small machines) and with the branches run concurrently."""
+    from tf_backend.program.passes import schedule
+    monkeypatch.setattr(schedule, "SERIAL_SPLITTING", splitting_serial)
+    functions.clear_cache()
     rng = np.random.default_rng(5)
     a = tf.constant(rng.standard_normal((256, 256)).astype(np.float32))
     b = tf.constant(rng.standard_normal((256, 256)).astype(np.float32))
@@ -267,6 +273,9 @@ def test_results_identical_single_and_multi_threaded(tf):
             executor.set_threads(n)
             outs.append(np.asarray(two_branch(a, b)))
     executor.set_threads(executor.default_threads())
+    progs = [c.program for c in functions._cache.values() if c.program is not None]
+    assert [p.parallel for p in progs] == [not splitting_serial]
+    functions.clear_cache()
     for o in outs[1:]:
         assert np.array_equal(o, outs[0])
 

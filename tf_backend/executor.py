@@ -106,45 +106,31 @@ class Pool:
 _pool = None
 _pool_lock = threading.Lock()
 
-# The thread budget: a BLAS-backed node that starts while another heavy node runs holds its own
-# BLAS calls to one thread (numba workers already use one), so the cores are not oversubscribed.
-# The limit is OpenBLAS's per-thread count (openblas_set_num_threads_local), set and restored on
-# the thread that runs the node. Changing the process-wide count instead, from several threads,
-# left numpy's OpenBLAS at one thread for good after a program with concurrent branches
-# (OpenBLAS 0.3.31; every later GEMM ran at half speed, ResNet-50 1.6x slower).
-_heavy = {"active": 0, "local": None}
+# The thread budget: a BLAS-backed node that starts while another heavy node runs holds numpy's
+# OpenBLAS to one thread (numba workers already use one), so the cores are not oversubscribed.
+# The hold is kernels/cpu/gemm.py's process-wide count with its holders counted: set and restored
+# per thread from several threads at once (openblas_set_num_threads_local is process-wide in
+# OpenBLAS 0.3.31), it was left at one thread for good (every later GEMM at half speed).
+_heavy = {"active": 0}
 _heavy_lock = threading.Lock()
 # ops (and their "+epilogue" forms) whose kernels are BLAS calls; the schedule pass uses it too
 BLAS_OPS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D",
             "Conv2DBackpropInput", "Conv2DBackpropFilter", "Einsum"}
 
 
-def _blas_local():
-    """numpy's OpenBLAS `openblas_set_num_threads_local`, or False where there is none."""
-    if _heavy["local"] is None:
-        fn = False
-        try:
-            import ctypes
-            from threadpoolctl import ThreadpoolController
-            npdir = os.path.realpath(os.path.dirname(np.__file__))   # wheels: numpy.libs/
-            for c in ThreadpoolController().select(internal_api="openblas").lib_controllers:
-                if os.path.realpath(c.filepath).startswith(npdir):
-                    lib = ctypes.CDLL(c.filepath)
-                    if hasattr(lib, "openblas_set_num_threads_local"):
-                        fn = lib.openblas_set_num_threads_local
-                        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
-                        break
-        except Exception:  # noqa: BLE001 - no threadpoolctl or no OpenBLAS: nothing to hold
-            fn = False
-        _heavy["local"] = fn
-    return _heavy["local"]
+def _blas():
+    """kernels/cpu/gemm.py (its OpenBLAS hold), or None where it cannot load."""
+    try:
+        from kernels.cpu import gemm
+    except ImportError:   # pragma: no cover - the CPU kernels always ship
+        return None
+    return gemm
 
 
 def _heavy_enter(node):
     """Returns what to restore on this thread on exit, or None. Beside another heavy node, this
     one runs on one thread: numba's count on this thread (its parallel kernels and the GEMM
-    team, kernels/cpu/gemm.py) and, for BLAS-backed ops, OpenBLAS's per-thread count (np.matmul
-    paths)."""
+    team, kernels/cpu/gemm.py) and, for BLAS-backed ops, OpenBLAS (np.matmul paths)."""
     with _heavy_lock:
         _heavy["active"] += 1
         busy = _heavy["active"] >= 2
@@ -152,9 +138,9 @@ def _heavy_enter(node):
         return None
     blas = None
     if node.op.split("+", 1)[0] in BLAS_OPS:
-        local = _blas_local()
-        if local:
-            blas = local(1)
+        blas = _blas()
+        if blas is not None:
+            blas.single_thread_enter()
     return blas, _numba_threads(1)
 
 
@@ -174,7 +160,7 @@ def _heavy_exit(restore):
     if restore is not None:
         blas, threads = restore
         if blas is not None:
-            _heavy["local"](blas)
+            blas.single_thread_exit()
         if threads is not None:
             _numba_threads(threads)
 

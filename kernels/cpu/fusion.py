@@ -203,6 +203,12 @@ def alias_of(inputs, out):
     return None
 
 
+def splits(size, n_ops):
+    """Whether a fused loop writing `size` elements in `n_ops` steps runs on numba's team
+    (given at least 2 threads and a plan of 4 rows or more)."""
+    return PARALLEL and size * max(n_ops, 1) >= ew.PARALLEL_MIN
+
+
 def run(kernels_pair, inputs, out, rows, cols, n_ops=1, alias=None):
     """Run a built fused kernel over out viewed as (rows, cols); n_ops scales the work.
 
@@ -211,7 +217,7 @@ def run(kernels_pair, inputs, out, rows, cols, n_ops=1, alias=None):
         return
     loop, ploop = kernels_pair
     arrays = [a.reshape(-1) for k, a in enumerate(inputs) if k != alias]
-    if PARALLEL and out.size * max(n_ops, 1) >= ew.PARALLEL_MIN and (cols == 1 or rows >= 4):
+    if splits(out.size, n_ops) and (cols == 1 or rows >= 4):
         threads = numba.get_num_threads()
         if threads > 1:
             ploop(*arrays, out.reshape(-1), rows, cols, threads)

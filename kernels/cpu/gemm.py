@@ -11,8 +11,8 @@ epilogue after a GEMM took 1.0 ms in parallel against 0.1 ms serial). With every
 numba's team, one team serves both.
 
 The BLAS is numpy's own (scipy-openblas, ILP64 `scipy_cblas_[sd]gemm64_`), found next to numpy
-and bound as numba external symbols; `openblas_set_num_threads_local(1)` holds each call to
-its thread and is restored after. Where that library is missing (another numpy build) or an
+and bound as numba external symbols; OpenBLAS is held to one thread while any of our products
+runs (`single_thread`). Where that library is missing (another numpy build) or an
 operand's layout is not a BLAS one, np.matmul runs instead. Blocks are run by as many
 threads as numba's count on the calling thread allows (tf_backend's executor sets it to 1 where
 another heavy node runs beside), so the cores are never oversubscribed; how a product is cut
@@ -39,6 +39,8 @@ _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
 _state = {"ok": None}
 _lock = threading.Lock()
+_threads = {"set": None, "get": None, "holders": 0, "saved": None}
+_threads_lock = threading.Lock()
 
 
 def _find_lib():
@@ -46,7 +48,8 @@ def _find_lib():
     for path in sorted(glob.glob(os.path.join(libs, "libscipy_openblas64_*.so"))):
         lib = ctypes.CDLL(path)
         if all(hasattr(lib, s) for s in ("scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_",
-                                         "openblas_set_num_threads_local")):
+                                         "scipy_openblas_set_num_threads64_",
+                                         "scipy_openblas_get_num_threads64_")):
             return lib
     return None
 
@@ -62,9 +65,12 @@ def available():
                     if lib is not None:
                         import llvmlite.binding as llvm
                         for sym, fn in (("tfb_sgemm", lib.scipy_cblas_sgemm64_),
-                                        ("tfb_dgemm", lib.scipy_cblas_dgemm64_),
-                                        ("tfb_blas_local", lib.openblas_set_num_threads_local)):
+                                        ("tfb_dgemm", lib.scipy_cblas_dgemm64_)):
                             llvm.add_symbol(sym, ctypes.cast(fn, ctypes.c_void_p).value)
+                        _threads["set"] = lib.scipy_openblas_set_num_threads64_
+                        _threads["set"].argtypes = [ctypes.c_int]
+                        _threads["get"] = lib.scipy_openblas_get_num_threads64_
+                        _threads["get"].restype = ctypes.c_int
                         ok = True
                 except (OSError, ImportError, AttributeError):   # pragma: no cover
                     ok = False
@@ -79,20 +85,45 @@ _sgemm = types.ExternalFunction("tfb_sgemm", types.void(
 _dgemm = types.ExternalFunction("tfb_dgemm", types.void(
     _i32, _i32, _i32, _i64, _i64, _i64, types.float64, _i64, _i64, _i64, _i64, types.float64,
     _i64, _i64))
-_blas_local = types.ExternalFunction("tfb_blas_local", _i32(_i32))
+
+
+def single_thread_enter():
+    """Hold numpy's OpenBLAS to one thread until the matching `single_thread_exit` (ours run
+    on numba's team, one block per thread; executor.py holds a BLAS-backed node beside another
+    to one thread). One process-wide count with holders counted: in OpenBLAS 0.3.31
+    `openblas_set_num_threads_local` sets the process-wide count too (measured: set on one
+    thread, every thread sees it), so setting and restoring it per thread from two threads at
+    once could leave it at one for good, every later numpy product of the user's at half
+    speed."""
+    if not available():
+        return
+    with _threads_lock:
+        if _threads["holders"] == 0:
+            saved = _threads["saved"] = _threads["get"]()
+            if saved != 1:
+                _threads["set"](1)
+        _threads["holders"] += 1
+
+
+def single_thread_exit():
+    if not available():
+        return
+    with _threads_lock:
+        _threads["holders"] -= 1
+        if _threads["holders"] == 0 and _threads["saved"] != 1:
+            _threads["set"](_threads["saved"])
+
 
 def _run_jobs(jobs, double):
     # one job per row: transa, transb, M, N, K, a address, lda, b address, ldb, c address, ldc
     for j in prange(jobs.shape[0]):
         job = jobs[j]
-        old = _blas_local(1)
         if double:
             _dgemm(_ROW_MAJOR, job[0], job[1], job[2], job[3], job[4], 1.0, job[5], job[6],
                    job[7], job[8], 0.0, job[9], job[10])
         else:
             _sgemm(_ROW_MAJOR, job[0], job[1], job[2], job[3], job[4], np.float32(1.0),
                    job[5], job[6], job[7], job[8], np.float32(0.0), job[9], job[10])
-        _blas_local(old)
 
 
 _team = jit.parallel(_run_jobs)
@@ -262,7 +293,15 @@ def matmul(a, b, out, b_stays=False):
                          for c in range(0, N, step)], np.int64)
     else:
         jobs = np.array([(fa[0], fb[0], M, N, K, pa, fa[1], pb, fb[1], pc, N)], np.int64)
-    (_team if len(jobs) > 1 and get_num_threads() > 1 else _one)(jobs, dt == np.float64)
+    _run(_team if len(jobs) > 1 and get_num_threads() > 1 else _one, jobs, dt == np.float64)
+
+
+def _run(fn, jobs, double):
+    single_thread_enter()
+    try:
+        fn(jobs, double)
+    finally:
+        single_thread_exit()
 
 
 def matmul_stacked(a, b, out):
@@ -279,4 +318,4 @@ def matmul_stacked(a, b, out):
     sa, sb, sc = a.strides[0], b.strides[0], out.strides[0]
     jobs = np.array([(_NO_TRANS, _NO_TRANS, M, N, K, pa + i * sa, K, pb + i * sb, N,
                       pc + i * sc, N) for i in range(B)], np.int64)
-    (_team if get_num_threads() > 1 else _one)(jobs, dt == np.float64)
+    _run(_team if get_num_threads() > 1 else _one, jobs, dt == np.float64)

@@ -1,23 +1,63 @@
 """Scheduling facts for the executor: does the program have heavy nodes that may run at the same
 time (neither depends on the other)? Only then is the concurrent path worth its bookkeeping."""
+import math
 import os
+
+from kernels.cpu import fusion
 
 from ...executor import BLAS_OPS
 
-# One GEMM already has every core through BLAS's own threads on a small machine; two at once
-# (each held to one BLAS thread) lost to one after the other: ResNet-50 b1 on 2 cores ran
-# 81-105 ms per call with its shortcut convolutions concurrent, 68-76 ms serial (OpenBLAS's
-# worker spins between calls, so a third busy thread shares the two cores). There, BLAS-backed
-# nodes are not heavy for scheduling: they run on the thread that made them ready.
-SERIAL_BLAS = (os.cpu_count() or 1) <= 4
+# On a small machine a node that already spreads over every core on its own does not gain from
+# running beside another: there it is not heavy for scheduling and runs on the thread that
+# made it ready, with numba's whole team. Measured on 2 cores:
+# - GEMMs (BLAS-backed nodes): ResNet-50 b1 ran 81-105 ms per call with its shortcut
+#   convolutions concurrent, 68-76 ms serial (session 3; OpenBLAS's worker spun between calls,
+#   so a third busy thread shared the two cores).
+# - Fused elementwise loops big enough for the team (fusion.splits): bench_programs' 2-branch
+#   graph (exp/sin/cos chains on two 200x500 inputs) ran 1.81-1.83x faster than our one-thread
+#   run with each chain split over both cores in turn, against 1.57-1.59x with the two chains
+#   concurrent on one core each (worker wake-up, GIL hand-off between the branches' Python
+#   prologues, and the branch that ends first leaves its core idle).
+SERIAL_SPLITTING = (os.cpu_count() or 1) <= 4
+# Below this many elements (inputs and outputs, times the steps of a fused loop) a node costs
+# less than handing a branch to a pool worker (the 2-branch graph's 100K-element sums: 35 us
+# each, against 60-300 us for a worker to start)
+CONCURRENT_MIN = 1 << 18
+
+
+def _elements(prog, slots):
+    total = 0
+    for s in slots:
+        spec = prog.slot_specs.get(s)
+        if spec is None or not spec.fully_defined:
+            return None
+        total += math.prod(spec.shape)
+    return total
+
+
+def _splits(prog, n):
+    if n.op.split("+", 1)[0] in BLAS_OPS:
+        return True
+    if n.kind == "fused" and n.op == "Fused":
+        size = _elements(prog, n.outputs[:1])
+        return size is not None and fusion.splits(size, len(n.fused_ops))
+    return False
+
+
+def _worth_a_thread(prog, n):
+    """Heavy for scheduling: large enough to repay a worker, and (on a small machine) not a
+    node that spreads over the cores by itself."""
+    if SERIAL_SPLITTING and _splits(prog, n):
+        return False
+    work = _elements(prog, list(n.inputs) + list(n.outputs))
+    return work is None or work * max(len(n.fused_ops), 1) >= CONCURRENT_MIN
 
 
 def run(prog):
     prog.finalize()
-    if SERIAL_BLAS:
-        for n in prog.nodes:
-            if n.heavy and n.op.split("+", 1)[0] in BLAS_OPS:
-                n.heavy = False
+    for n in prog.nodes:
+        if n.heavy and not _worth_a_thread(prog, n):
+            n.heavy = False
     heavy_bit = {}
     for n in prog.nodes:
         if n.heavy:
