@@ -4,6 +4,8 @@ Arms alternate in blocks (each block starts with one untimed call); per-call med
 ratios against stock tf.function. The
 2-branch workload also compares our executor at 2 threads against our own 1-thread run.
     python integration/bench_programs.py [--repeats 9] [--only resnet] [--profile] [--json out.json]
+        [--set MODULE:ATTR=VALUE ...]   (our settings for the whole run, e.g.
+        --set tf_backend.program.passes.schedule:SERIAL_SPLITTING=False)
 """
 import argparse
 import collections
@@ -82,7 +84,17 @@ def main(argv=None):
     p.add_argument("--only")
     p.add_argument("--profile", action="store_true", help="per-node-type time of our runs")
     p.add_argument("--json")
+    p.add_argument("--set", action="append", default=[], metavar="MODULE:ATTR=VALUE",
+                   help="set a module attribute (a Python literal) before anything runs")
     args = p.parse_args(argv)
+    import ast
+    import importlib
+    for spec in args.set:
+        target, value = spec.split("=", 1)
+        mod, attr = target.split(":")
+        m = importlib.import_module(mod)
+        getattr(m, attr)   # exists
+        setattr(m, attr, type(getattr(m, attr))(ast.literal_eval(value)))
     import keras
     import numpy as np
     import tensorflow as tf
