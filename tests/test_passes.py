@@ -102,6 +102,71 @@ def test_fusion_matches_unfused_bit_for_bit_and_stock(tf, shape, bshape):
     assert prog.fusions >= 1 and sum(n.kind == "fused" for n in prog.nodes) >= 1
 
 
+@pytest.mark.parametrize("shape,bshape,axis,keep,op", [
+    ((200, 500), (200, 500), 1, False, "sum"),        # the 2-branch benchmark's shape
+    ((1, 128, 768), (1, 128, 1), -1, True, "mean"),   # layer-norm's variance
+    ((3, 10000), (10000,), -1, False, "sum"),         # rows of more than one 4096-value block
+    ((4, 6, 50), (), [1, 2], True, "mean"),           # two trailing axes
+])
+def test_reduce_fusion_gives_the_unfused_pairs_bits(tf, shape, bshape, axis, keep, op):
+    """A chain whose only consumer is a Sum/Mean over trailing axes is one fused node; its
+    result has the bits of the chain and the reduction run apart (and of stock, within
+    float32 summation error), at one thread and at two; NaN and Inf propagate."""
+    from tf_backend import executor
+    rng = np.random.default_rng(1)
+    xv = rng.standard_normal(shape).astype(np.float32)
+    xv.reshape(-1)[7] = np.nan
+    xv.reshape(-1)[-3] = np.inf
+    x = tf.constant(xv)
+    b = tf.constant(rng.standard_normal(bshape).astype(np.float32))
+    red = tf.reduce_sum if op == "sum" else tf.reduce_mean
+
+    def f(x, b):
+        return red(tf.exp(x * 0.01) * tf.sin(x - b) + tf.square(b), axis=axis, keepdims=keep)
+
+    prog = _program(tf, f, x, b)
+    passes.optimize(prog)
+    fused = [n for n in prog.nodes if n.kind == "fused"]
+    assert [n.fused_ops[-1] for n in fused] == ["Sum" if op == "sum" else "Mean"], prog.dump()
+    outs = []
+    for threads in (1, 2):
+        executor.set_threads(threads)
+        try:
+            outs.append(_run(tf, f, x, b)[0])
+        finally:
+            executor.set_threads(executor.default_threads())
+    apart = _run(tf, f, x, b, disable="fuse_reduce")[0]
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], apart)
+    tf_backend.disable()
+    ref = np.asarray(tf.function(f)(x, b))
+    assert outs[0].shape == ref.shape and outs[0].dtype == ref.dtype
+    n = np.prod(shape) // ref.size
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-6 * np.sqrt(n))
+
+
+def test_reduce_fusion_leaves_other_reductions_alone(tf):
+    """Not fused: a reduction over leading axes, and a chain whose value is also used."""
+    x = tf.ones((64, 96))
+
+    def leading(x):
+        return tf.reduce_sum(tf.exp(x) * 2.0, axis=0)
+
+    def shared(x):
+        y = tf.exp(x) * 2.0
+        return tf.reduce_sum(y, axis=1), y
+
+    for fn in (leading, shared):
+        prog = _program(tf, fn, x)
+        passes.optimize(prog)
+        assert not any(n.fused_ops and n.fused_ops[-1] in ("Sum", "Mean")
+                       for n in prog.nodes), prog.dump()
+        tf_backend.disable()
+        ref = [np.asarray(t) for t in tf.nest.flatten(tf.function(fn)(x))]
+        for o, r in zip(_run(tf, fn, x), ref):
+            np.testing.assert_allclose(o, r, rtol=1e-6)
+
+
 def test_fusion_falls_back_unfused_for_general_broadcast(tf):
     x = tf.constant(np.arange(12, dtype=np.float32).reshape(3, 1, 4))
     b = tf.constant(np.arange(10, dtype=np.float32).reshape(5, 2))

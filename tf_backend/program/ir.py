@@ -7,7 +7,8 @@ Node kinds:
   alias   output slot = input slot (Identity and friends; removed by the identity pass)
   noop    no data; only orders its control successors
   if / while / case   control flow over sub-programs
-  fused   a generated kernel for an elementwise chain (fusion pass)
+  fused   a generated kernel for an elementwise chain (fusion passes; with a trailing Sum or
+          Mean: fuse_reduce)
   reads   many ReadVariableOps in one TensorFlow call (batch_reads pass; raw_attrs: dtypes)
   memo    weight-derived kernel/fused nodes (attrs["nodes"]), rerun only when a read changed
 """
@@ -18,7 +19,7 @@ class Node:
     # ctrl: Node objects this node must run after (control edges)
     __slots__ = ("id", "name", "op", "kind", "inputs", "outputs", "ctrl", "attrs", "raw_attrs",
                  "kdef", "shape_fn", "value_free", "subs", "where", "reason", "out_specs",
-                 "heavy", "fused_ops", "fn", "stateful", "inplace")
+                 "heavy", "fused_ops", "fn", "stateful", "inplace", "spec")
 
     def __init__(self, name, op, kind, inputs, outputs, ctrl=(), attrs=None, raw_attrs=(),
                  where=""):
@@ -38,6 +39,7 @@ class Node:
         self.fn = None
         self.stateful = False
         self.inplace = None   # index of an input whose buffer receives the output
+        self.spec = None      # fused elementwise nodes: (dtype, inputs, steps) of the chain
 
 
 class Program:

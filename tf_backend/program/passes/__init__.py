@@ -4,14 +4,15 @@ TF_BACKEND_DISABLE_PASSES=fuse_elementwise,const_fold turns passes off (for A/B 
 """
 import os
 
-from . import (batch_reads, canonicalize, const_fold, dce, epilogue, fuse_elementwise, identity,
-               inplace, memo, schedule, shapes)
+from . import (batch_reads, canonicalize, const_fold, dce, epilogue, fuse_elementwise,
+               fuse_reduce, identity, inplace, memo, schedule, shapes)
 
 PIPELINE = (identity, canonicalize, shapes, const_fold, dce, batch_reads, fuse_elementwise,
-            epilogue, memo, inplace, schedule)
+            fuse_reduce, epilogue, memo, inplace, schedule)
 
 
-SHADOW_OFF = {"canonicalize", "fuse_elementwise", "epilogue", "inplace", "batch_reads", "memo"}
+SHADOW_OFF = {"canonicalize", "fuse_elementwise", "fuse_reduce", "epilogue", "inplace",
+              "batch_reads", "memo"}
 
 
 def enabled_passes():

@@ -92,6 +92,7 @@ def _fused_node(prog, root, members):
     node.heavy = root.heavy
     node.out_specs = root.out_specs
     node.fn = _runner(dt, len(ext), steps, order, ext, root, prog.slot_specs.get(root.outputs[0]))
+    node.spec = (dt, len(ext), steps)   # the fusion spec (fuse_reduce builds on it)
     return node
 
 
