@@ -200,3 +200,56 @@ def test_few_row_products_keep_ieee_inf_and_nan(monkeypatch):
     np.testing.assert_array_equal(np.isneginf(out), np.isneginf(ref))
     fin = np.isfinite(ref)
     np.testing.assert_allclose(out[fin], ref[fin], rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("ashape,bshape,ta,tb", [
+    ((1, 128, 256), (256, 96), False, False),     # a Dense layer on a sequence: rows merged
+    ((2, 3, 20, 30), (30, 40), False, False),
+    ((1, 4, 128, 64), (1, 4, 64, 128), False, True),   # attention scores, b transposed
+    ((4, 50, 30), (1, 30, 20), True, False),      # b broadcast over the batch
+    ((3, 1, 10, 30), (1, 5, 30, 20), False, False),    # both broadcast: np.matmul
+])
+def test_batched_products_match_float64_on_one_and_two_threads(ashape, bshape, ta, tb):
+    """gemm.matmul_nd: numpy's matmul broadcasting, transposed matrices, the same bits at one
+    thread and at two; OpenBLAS is back at its own thread count after."""
+    rng = np.random.default_rng(len(ashape) + ashape[-1])
+    a = rng.standard_normal(ashape).astype(np.float32)
+    b = rng.standard_normal(bshape).astype(np.float32)
+    if ta:
+        a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
+    if tb:
+        b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    before = gemm._threads["get"]()
+    outs = []
+    for threads in (1, 2):
+        out = np.full(exact.shape, np.nan, np.float32)
+        _at_threads(threads, lambda: gemm.matmul_nd(a, b, out))
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[0], exact, rtol=1e-4, atol=1e-4 * np.sqrt(a.shape[-1]))
+    assert gemm._threads["get"]() == before
+
+
+def test_numpy_fallback_runs_with_one_blas_thread(monkeypatch):
+    """Products gemm cannot cut run np.matmul with OpenBLAS held to one thread (its own
+    workers would spin after the call, taking the cores from numba's team)."""
+    seen = []
+    real = np.matmul
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def matmul(*args, **kw):
+            seen.append(gemm._threads["get"]())
+            return real(*args, **kw)
+
+    monkeypatch.setattr(gemm, "np", Spy())
+    a = np.ones((3, 1, 64, 64), np.float32)
+    b = np.ones((1, 5, 64, 64), np.float32)
+    out = np.empty((3, 5, 64, 64), np.float32)
+    gemm.matmul_nd(a, b, out)
+    assert seen == [1]
+    np.testing.assert_array_equal(out, 64.0)

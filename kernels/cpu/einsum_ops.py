@@ -12,6 +12,7 @@ import string
 import numpy as np
 
 from kernels import kernel
+from kernels.cpu import gemm
 from shape_fns.einsum_ops import ELL, parse
 from shape_fns.errors import Unsupported
 
@@ -98,7 +99,7 @@ def einsum(inputs, outputs, attrs):
     bm = _operand(b, red_b, pb, nb, nk, nf)
     bshape = np.broadcast_shapes(am.shape[:nb], bm.shape[:nb])
     # Nothing contracted: an outer product per batch, exactly as matmul with K = 1 would be.
-    mm = np.multiply if nk == 0 else np.matmul
+    mm = np.multiply if nk == 0 else _matmul
     with np.errstate(all="ignore"):
         if mode == "direct":
             mm(am, bm, out=out.reshape(bshape + (am.shape[-2], bm.shape[-1])))
@@ -115,6 +116,22 @@ def einsum(inputs, outputs, attrs):
         else:
             r = mm(am, bm).reshape(_unflat_shape(out, perm_out))
             np.copyto(out, r.transpose(perm_out))
+
+
+def _matmul(a, b, out=None):
+    """np.matmul's result through kernels/cpu/gemm.py (numba's team; OpenBLAS never on its own
+    threads) for floats into a C-contiguous `out`; np.matmul, OpenBLAS held to one thread,
+    otherwise."""
+    if out is None:
+        out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+                       + (a.shape[-2], b.shape[-1]), np.result_type(a, b))
+    if out.dtype.kind == "f" and out.flags.c_contiguous:
+        gemm.matmul_nd(a, b, out)
+    elif out.dtype.kind == "f":
+        gemm.numpy_matmul(a, b, out)
+    else:
+        np.matmul(a, b, out=out)
+    return out
 
 
 def _unflat_shape(out, perm_out):

@@ -277,7 +277,7 @@ def matmul(a, b, out, b_stays=False):
     fa, fb = _operand(a, M, K), _operand(b, K, N)
     if (fa is None or fb is None or out.strides[1] != dt.itemsize
             or out.strides[0] != N * dt.itemsize or not _team_can_run(a, b, out, M * N * K)):
-        np.matmul(a, b, out=out)
+        numpy_matmul(a, b, out)
         return
     P = _blocks()
     pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
@@ -305,17 +305,89 @@ def _run(fn, jobs, double):
 
 
 def matmul_stacked(a, b, out):
-    """out[i] = a[i] @ b[i] for C-contiguous 3-D float arrays (Winograd's 16 products): the
-    products are shared out among the team's threads."""
+    """out[i] = a[i] @ b[i] for 3-D float arrays (Winograd's 16 products, batched matmuls): the
+    products are shared out among the team's threads. a[i] and b[i] may be transposed views;
+    out's matrices must be C-contiguous."""
     B, M, K = a.shape
     N = b.shape[2]
-    dt = out.dtype
-    if (not (a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous)
+    it = out.itemsize
+    fa = _operand(a[0], M, K) if B else None
+    fb = _operand(b[0], K, N) if B else None
+    if (fa is None or fb is None or out.strides[2] != it or out.strides[1] != N * it
             or not _team_can_run(a, b, out, B * M * N * K)):
-        np.matmul(a, b, out=out)
+        numpy_matmul(a, b, out)
         return
     pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
     sa, sb, sc = a.strides[0], b.strides[0], out.strides[0]
-    jobs = np.array([(_NO_TRANS, _NO_TRANS, M, N, K, pa + i * sa, K, pb + i * sb, N,
+    jobs = np.array([(fa[0], fb[0], M, N, K, pa + i * sa, fa[1], pb + i * sb, fb[1],
                       pc + i * sc, N) for i in range(B)], np.int64)
-    _run(_team if get_num_threads() > 1 else _one, jobs, dt == np.float64)
+    _run(_team if get_num_threads() > 1 else _one, jobs, out.dtype == np.float64)
+
+
+STACK_MAX = 4096   # batched products with more matrices than this go to np.matmul
+
+
+def matmul_nd(a, b, out, b_stays=False):
+    """out = a @ b (numpy's matmul broadcasting) for float arrays of rank >= 2; `out` has the
+    broadcast shape and C-contiguous matrices. A weight shared by the whole batch (a Keras
+    Dense layer on a sequence: (..., M, K) @ (K, N)) makes one 2-D product over all rows;
+    other batches run one matrix product per job on the team. Anything else goes to np.matmul
+    with OpenBLAS held to one thread: its own worker threads spin after a call and would take
+    the cores from numba's team (a transformer block's parallel elementwise loops ran 5-10x
+    slower after its attention products)."""
+    if a.ndim == 2 and b.ndim == 2:
+        matmul(a, b, out, b_stays)
+        return
+    K, N = b.shape[-2], b.shape[-1]
+    if (all(d == 1 for d in b.shape[:-2]) and a.shape[:-2] == out.shape[:-2]
+            and out.flags.c_contiguous):
+        a2 = _merged_rows(a)
+        if a2 is not None:
+            matmul(a2, b.reshape(K, N), out.reshape(-1, N), b_stays)
+            return
+    batch = out.shape[:-2]
+    count = int(np.prod(batch)) if batch else 1
+    if 0 < count <= STACK_MAX and out.flags.c_contiguous:
+        a3 = _stacked(a, batch)
+        b3 = _stacked(b, batch)
+        if a3 is not None and b3 is not None:
+            matmul_stacked(a3, b3, out.reshape((count,) + out.shape[-2:]))
+            return
+    numpy_matmul(a, b, out)
+
+
+def _merged_rows(a):
+    """a (..., M, K) as a (rows, K) view without a copy, or None."""
+    v = a.view()
+    try:
+        v.shape = (-1, a.shape[-1])
+    except AttributeError:
+        return None
+    return v
+
+
+def _stacked(a, batch):
+    """a broadcast to batch + its matrix shape, as a 3-D view (stride 0 where broadcast) whose
+    matrices are evenly spaced, or None."""
+    v = np.broadcast_to(a, tuple(batch) + a.shape[-2:])
+    if v.ndim == 2:
+        return v[None]
+    lead = [(n, st) for n, st in zip(v.shape[:-2], v.strides[:-2]) if n != 1]
+    step = lead[-1][1] if lead else 0
+    expect = step
+    for n, st in reversed(lead):   # each leading dimension a whole multiple of the next
+        if st != expect:
+            return None
+        expect = st * n
+    count = int(np.prod(v.shape[:-2]))
+    return np.lib.stride_tricks.as_strided(v, (count,) + v.shape[-2:],
+                                           (step,) + v.strides[-2:], writeable=False)
+
+
+def numpy_matmul(a, b, out):
+    """np.matmul(a, b, out=out) with OpenBLAS held to one thread (no spinning workers)."""
+    single_thread_enter()
+    try:
+        np.matmul(a, b, out=out)
+    finally:
+        single_thread_exit()

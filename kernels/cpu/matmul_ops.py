@@ -1,8 +1,7 @@
 """CPU kernels: matmul ops (MatMul, BatchMatMul, BatchMatMulV2, BatchMatMulV3).
 
-Floats go to BLAS (transposes are views: BLAS takes them as flags): 2-D products through
-kernels/cpu/gemm.py (numba's thread team, one single-threaded OpenBLAS call per block), batched
-ones through np.matmul(out=).
+Floats go to BLAS (transposes are views: BLAS takes them as flags) through kernels/cpu/gemm.py:
+numba's thread team, one single-threaded OpenBLAS call per block or per matrix of a batch.
 numpy has no BLAS for integers and its generic loop is ~20x slower than TensorFlow's, so integer
 products use a numba loop; integer overflow wraps as in TensorFlow.
 """
@@ -67,10 +66,7 @@ def _product(x, y, out, y_stays=False):
         r = quiet(np.matmul, x.astype(np.float32), y.astype(np.float32))
         quiet(np.copyto, out, r, casting="unsafe")
     elif out.dtype.kind == "f":   # 0 * inf = NaN is TensorFlow's answer too
-        if out.ndim == 2:
-            quiet(gemm.matmul, x, y, out, y_stays)
-        else:
-            quiet(np.matmul, x, y, out=out)
+        quiet(gemm.matmul_nd, x, y, out, y_stays)
     else:
         _int_matmul(x, y, out)
 
@@ -91,4 +87,4 @@ def batch_matmul(inputs, outputs, attrs):
         x = np.swapaxes(x, -1, -2)
     if attrs["adj_y"]:
         y = np.swapaxes(y, -1, -2)
-    _product(x, y, outputs[0])
+    _product(x, y, outputs[0], attrs.get("_filter_is_variable", False))

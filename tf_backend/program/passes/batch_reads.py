@@ -58,12 +58,20 @@ def run(prog):
     return prog
 
 
+VARIABLE_FILTER_OPS = ("Conv2D", "MatMul", "BatchMatMulV2", "BatchMatMulV3")
+
+
 def _mark_variable_filters(prog, read_slots):
-    """Conv2D and MatMul nodes whose filter (second operand) is a variable read here: with no
-    variable writes in the program, the kernels may keep forms of it between calls (Winograd
-    transforms, transposed weights: kernels/cpu/filter_cache.py; training programs and eager
-    calls derive them every call or not at all)."""
+    """Conv2D and (Batch)MatMul nodes whose filter (second operand) is a variable read here, or
+    a reshape of one (Keras' attention projections reshape their kernels; programs hand out
+    reshapes as views): with no variable writes in the program, the kernels may keep forms of
+    it between calls (Winograd transforms, transposed weights: kernels/cpu/filter_cache.py;
+    training programs and eager calls derive them every call or not at all)."""
+    from ...executor import VIEW_OPS
+    weights = set(read_slots)
     for n in prog.nodes:
-        if n.kind == "kernel" and n.op in ("Conv2D", "MatMul") and len(n.inputs) == 2 \
-                and n.inputs[1] in read_slots:
+        if n.kind == "kernel" and n.op in VIEW_OPS and n.inputs and n.inputs[0] in weights:
+            weights.update(n.outputs)
+        elif n.kind == "kernel" and n.op in VARIABLE_FILTER_OPS and len(n.inputs) == 2 \
+                and n.inputs[1] in weights:
             n.attrs = {**n.attrs, "_filter_is_variable": True}
