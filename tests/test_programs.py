@@ -545,3 +545,35 @@ def test_nested_jit_compile_call_keeps_the_function_on_tensorflow(tf):
         fns = tf_backend.stats()["functions"]
     np.testing.assert_array_equal(got, ref)
     assert [f["reason"] for f in fns.values()] == ["xla_must_compile"], fns
+
+
+def test_values_dropped_after_their_last_use(tf, monkeypatch):
+    """A long chain keeps only the values still to be used (and the program's inputs, outputs
+    and constants), so intermediates are freed as TensorFlow's executor frees them; with
+    DROP_DEAD off every value lives to the end of the call."""
+    x = tf.constant(np.arange(64, dtype=np.float32).reshape(8, 8))
+
+    @tf.function
+    def chain(x):
+        for _ in range(12):
+            x = tf.transpose(tf.math.cumsum(x, axis=1))   # unfusable kernels
+        return x
+
+    tf_backend.disable()
+    ref = np.asarray(chain(x))
+    live = []
+    real = executor.step
+
+    def spy(node, vals, failed):
+        real(node, vals, failed)
+        live.append(sum(getattr(v, "shape", None) == (8, 8) for v in vals))   # not constants
+
+    monkeypatch.setattr(executor, "step", spy)
+    peaks = {}
+    for drop in (True, False):
+        monkeypatch.setattr(executor, "DROP_DEAD", drop)
+        live.clear()
+        with tf_backend.enabled():
+            np.testing.assert_array_equal(np.asarray(chain(x)), ref)
+        peaks[drop] = max(live)
+    assert peaks[True] <= 3 and peaks[False] >= 20, peaks

@@ -189,12 +189,16 @@ def set_threads(n):
         _pool = Pool(max(0, int(n) - 1))
 
 
+DROP_DEAD = True   # drop each value after its last use (False: keep all to the end; A/B runs)
+
+
 class _Run:
-    __slots__ = ("prog", "vals", "counts", "lock", "remaining", "q", "failed", "pool")
+    __slots__ = ("prog", "vals", "counts", "uses", "lock", "remaining", "q", "failed", "pool")
 
     def __init__(self, prog, vals, pool):
         self.prog, self.vals, self.pool = prog, vals, pool
         self.counts = list(prog.dep_counts)
+        self.uses = dict(prog.uses)
         self.lock = threading.Lock()
         self.remaining = len(prog.nodes)
         self.q = queue.SimpleQueue()
@@ -215,6 +219,14 @@ class _Run:
                 step(nodes[n], self.vals, self.failed)
             ready = []
             with self.lock:
+                for s in set(nodes[n].inputs):
+                    left = self.uses.get(s)
+                    if left is not None:
+                        if left == 1:
+                            del self.uses[s]
+                            self.vals[s] = None
+                        else:
+                            self.uses[s] = left - 1
                 for s in succs[n]:
                     self.counts[s] -= 1
                     if self.counts[s] == 0:
@@ -257,8 +269,11 @@ def run(prog, args, threads_pool=None, serial=False):
         blas.single_thread_enter()
     try:
         if not concurrent:
+            drops = prog.drops if DROP_DEAD else [()] * len(prog.nodes)
             for n in prog.nodes:
                 step(n, vals, failed)
+                for s in drops[n.id]:
+                    vals[s] = None
         else:
             r = _Run(prog, vals, p)
             failed = r.failed

@@ -106,6 +106,20 @@ class Program:
             for p in preds:
                 self.succs[p].append(n.id)
             self.dep_counts[n.id] = len(preds)
+        # slots dead after each node (program order; the concurrent path counts uses): dropping
+        # them frees intermediates as TensorFlow's executor does, and a variable's read value
+        # no longer alive lets TensorFlow update the variable in place instead of copying it
+        keep = set(self.outputs) | set(self.inputs) | set(self.consts)
+        last = {}
+        self.uses = {}
+        for n in self.nodes:
+            for s in set(n.inputs):
+                if s not in keep:
+                    last[s] = n.id
+                    self.uses[s] = self.uses.get(s, 0) + 1
+        self.drops = [[] for _ in self.nodes]
+        for s, i in last.items():
+            self.drops[i].append(s)
         counts = {}
         for n in self.counted_nodes():
             if n.kind == "kernel":
