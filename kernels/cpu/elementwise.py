@@ -181,6 +181,24 @@ def _cache_dir():
     return d
 
 
+def import_generated(src, filename, modname):
+    """Import generated source as module `modname`, written once to the cache directory as
+    `filename` (numba caches its machine code next to it, under the module's name)."""
+    path = os.path.join(_cache_dir(), filename)
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(src)
+        os.replace(tmp, path)
+    mod = sys.modules.get(modname)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(modname, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
 def _load_generated():
     src = _source()
     # numba's cache only watches the generated file: key it on the helpers' source as well.
@@ -189,20 +207,7 @@ def _load_generated():
         with open(os.path.join(os.path.dirname(__file__), h), "rb") as f:
             helpers += f.read()
     digest = hashlib.sha1(src.encode() + helpers).hexdigest()[:16]
-    path = os.path.join(_cache_dir(), f"ew_cpu_{digest}.py")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(src)
-        os.replace(tmp, path)
-    modname = f"_tf_backend_ew_cpu_{digest}"
-    if modname in sys.modules:
-        return sys.modules[modname]
-    spec = importlib.util.spec_from_file_location(modname, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return import_generated(src, f"ew_cpu_{digest}.py", f"_tf_backend_ew_cpu_{digest}")
 
 
 GEN = _load_generated()

@@ -15,9 +15,7 @@ vectorise, so passing the buffer twice runs the scalar fallback loop (about 10x 
 on ResNet-50's batch-norm epilogues).
 """
 import hashlib
-import importlib.util
 import os
-import sys
 import threading
 
 import numba
@@ -152,22 +150,9 @@ def build(dtype, n_in, steps, patterns, alias=None):
 
 
 def _load(src):
-    """(loop, ploop) of a generated module, written once to the cache directory (numba caches
-    its machine code next to it). Call with _lock held."""
+    """(loop, ploop) of a generated module. Call with _lock held."""
     digest = hashlib.sha1((src + ew.GEN.__name__).encode()).hexdigest()[:16]
-    path = os.path.join(ew._cache_dir(), f"fused_cpu_{digest}.py")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(src)
-        os.replace(tmp, path)
-    name = f"_tf_backend_fused_{digest}"
-    mod = sys.modules.get(name)
-    if mod is None:
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
+    mod = ew.import_generated(src, f"fused_cpu_{digest}.py", f"_tf_backend_fused_{digest}")
     return mod.loop, mod.ploop
 
 
