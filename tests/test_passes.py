@@ -387,7 +387,11 @@ def test_schedule_keeps_self_splitting_nodes_serial_on_small_machines(tf, monkey
     def two_chains(a):
         return tf.exp(a * 0.01) * tf.sin(a), tf.cos(a * 0.5) + tf.sin(a)
 
-    for fn, op in ((two_gemms, "MatMul"), (two_chains, "Fused")):
+    def two_summed_chains(a):    # fuse_reduce: small outputs, the loops run over the inputs
+        return (tf.reduce_sum(tf.exp(a * 0.01) * tf.sin(a), axis=1)
+                + tf.reduce_sum(tf.cos(a * 0.5) + tf.sin(a), axis=1))
+
+    for fn, op in ((two_gemms, "MatMul"), (two_chains, "Fused"), (two_summed_chains, "Fused")):
         for serial in (True, False):
             monkeypatch.setattr(schedule, "SERIAL_SPLITTING", serial)
             p = _program(tf, fn, a)

@@ -39,8 +39,9 @@ def _splits(prog, n):
     if n.op.split("+", 1)[0] in BLAS_OPS:
         return True
     if n.kind == "fused" and n.op == "Fused":
-        size = _elements(prog, n.outputs[:1])
-        return size is not None and fusion.splits(size, len(n.fused_ops))
+        # the loop runs over its largest operand (the input of a fused Sum/Mean: fuse_reduce)
+        sizes = [_elements(prog, [s]) for s in list(n.inputs) + list(n.outputs)]
+        return None not in sizes and fusion.splits(max(sizes), len(n.fused_ops))
     return False
 
 
