@@ -12,8 +12,11 @@ numba's team, one team serves both.
 
 The BLAS is numpy's own (scipy-openblas, ILP64 `scipy_cblas_[sd]gemm64_`), found next to numpy
 and bound as numba external symbols; OpenBLAS is held to one thread while any of our products
-runs (`single_thread`). Where that library is missing (another numpy build) or an
-operand's layout is not a BLAS one, np.matmul runs instead. Blocks are run by as many
+runs (`single_thread_enter`). Where that library is missing (another numpy build) or an
+operand's layout is not a BLAS one, np.matmul runs instead, OpenBLAS still held to one thread.
+Batched products (`matmul_nd`) run one matrix per job, or one 2-D product when the batch
+shares its weight; products of few rows with a kept transposed weight run `_nt`, a numba dot
+product kernel (see `matmul`). Blocks are run by as many
 threads as numba's count on the calling thread allows (tf_backend's executor sets it to 1 where
 another heavy node runs beside), so the cores are never oversubscribed; how a product is cut
 depends on its shape only, so its bits do not depend on the threads.
