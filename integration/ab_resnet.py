@@ -47,15 +47,11 @@ def main(argv=None):
     fb = fa
     tiles, cache = winograd.TILES_MIN, filter_cache.CACHE_BYTES
 
-    import ast
-    import importlib
+    from integration import parse_setting
     overrides = []   # (module, attr, A's value, B's value)
     for spec in args.b_set:
-        target, value = spec.split("=", 1)
-        mod, attr = target.split(":")
-        m = importlib.import_module(mod)
-        v = ast.literal_eval(value)
-        overrides.append((m, attr, getattr(m, attr), type(getattr(m, attr))(v)))
+        m, attr, v = parse_setting(spec)
+        overrides.append((m, attr, getattr(m, attr), v))
 
     def setting(on):
         for m, attr, a_value, b_value in overrides:

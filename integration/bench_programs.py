@@ -87,14 +87,9 @@ def main(argv=None):
     p.add_argument("--set", action="append", default=[], metavar="MODULE:ATTR=VALUE",
                    help="set a module attribute (a Python literal) before anything runs")
     args = p.parse_args(argv)
-    import ast
-    import importlib
+    from integration import parse_setting
     for spec in args.set:
-        target, value = spec.split("=", 1)
-        mod, attr = target.split(":")
-        m = importlib.import_module(mod)
-        getattr(m, attr)   # exists
-        setattr(m, attr, type(getattr(m, attr))(ast.literal_eval(value)))
+        setattr(*parse_setting(spec))
     import keras
     import numpy as np
     import tensorflow as tf

@@ -41,9 +41,9 @@ def reset_stats():
 
 def clear_caches():
     """Drop what the backend keeps between calls: compiled tf.function programs (and the
-    weight-derived values they memoise), weight forms kept for inference (Winograd transforms, transposed
-    matrices) and pooled output
-    buffers. Variables' buffers they held are released; the next calls compile and fill again."""
+    weight-derived values they memoise), weight forms kept for inference (Winograd transforms,
+    transposed matrices) and pooled output buffers. Variables' buffers they held are released;
+    the next calls compile and fill again."""
     from kernels.cpu import filter_cache
 
     from . import alloc, functions

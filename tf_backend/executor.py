@@ -8,6 +8,7 @@ too, so a run always makes progress whatever the pool is doing. Sub-programs (If
 bodies) run serially on the thread that reached them. Eager ops use `run_kernel` directly: one
 kernel-invocation path for eager dispatch and programs.
 """
+import functools
 import math
 import os
 import queue
@@ -118,6 +119,7 @@ BLAS_OPS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D",
             "Conv2DBackpropInput", "Conv2DBackpropFilter", "Einsum"}
 
 
+@functools.cache
 def _blas():
     """kernels/cpu/gemm.py (its OpenBLAS hold), or None where it cannot load."""
     try:

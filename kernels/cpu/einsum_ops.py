@@ -119,16 +119,13 @@ def einsum(inputs, outputs, attrs):
 
 
 def _matmul(a, b, out=None):
-    """np.matmul's result through kernels/cpu/gemm.py (numba's team; OpenBLAS never on its own
-    threads) for floats into a C-contiguous `out`; np.matmul, OpenBLAS held to one thread,
-    otherwise."""
+    """np.matmul's result; floats through kernels/cpu/gemm.py (numba's team, OpenBLAS never on
+    its own threads)."""
     if out is None:
         out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
                        + (a.shape[-2], b.shape[-1]), np.result_type(a, b))
-    if out.dtype.kind == "f" and out.flags.c_contiguous:
+    if out.dtype.kind == "f":
         gemm.matmul_nd(a, b, out)
-    elif out.dtype.kind == "f":
-        gemm.numpy_matmul(a, b, out)
     else:
         np.matmul(a, b, out=out)
     return out

@@ -23,6 +23,7 @@ depends on its shape only, so its bits do not depend on the threads.
 """
 import ctypes
 import glob
+import math
 import os
 import threading
 
@@ -332,9 +333,10 @@ STACK_MAX = 4096   # batched products with more matrices than this go to np.matm
 
 def matmul_nd(a, b, out, b_stays=False):
     """out = a @ b (numpy's matmul broadcasting) for float arrays of rank >= 2; `out` has the
-    broadcast shape and C-contiguous matrices. A weight shared by the whole batch (a Keras
+    broadcast shape. A weight shared by the whole batch (a Keras
     Dense layer on a sequence: (..., M, K) @ (K, N)) makes one 2-D product over all rows;
-    other batches run one matrix product per job on the team. Anything else goes to np.matmul
+    other batches run one matrix product per job on the team. Anything else (a non-contiguous
+    `out`, a batch no single stride walks) goes to np.matmul
     with OpenBLAS held to one thread: its own worker threads spin after a call and would take
     the cores from numba's team (a transformer block's parallel elementwise loops ran 5-10x
     slower after its attention products)."""
@@ -349,10 +351,10 @@ def matmul_nd(a, b, out, b_stays=False):
             matmul(a2, b.reshape(K, N), out.reshape(-1, N), b_stays)
             return
     batch = out.shape[:-2]
-    count = int(np.prod(batch)) if batch else 1
+    count = math.prod(batch)
     if 0 < count <= STACK_MAX and out.flags.c_contiguous:
-        a3 = _stacked(a, batch)
-        b3 = _stacked(b, batch)
+        a3 = _stacked(a, batch, count)
+        b3 = _stacked(b, batch, count)
         if a3 is not None and b3 is not None:
             matmul_stacked(a3, b3, out.reshape((count,) + out.shape[-2:]))
             return
@@ -369,12 +371,10 @@ def _merged_rows(a):
     return v
 
 
-def _stacked(a, batch):
-    """a broadcast to batch + its matrix shape, as a 3-D view (stride 0 where broadcast) whose
-    matrices are evenly spaced, or None."""
+def _stacked(a, batch, count):
+    """a broadcast to batch + its matrix shape, as a (count, rows, cols) view (stride 0 where
+    broadcast) whose matrices are evenly spaced, or None."""
     v = np.broadcast_to(a, tuple(batch) + a.shape[-2:])
-    if v.ndim == 2:
-        return v[None]
     lead = [(n, st) for n, st in zip(v.shape[:-2], v.strides[:-2]) if n != 1]
     step = lead[-1][1] if lead else 0
     expect = step
@@ -382,7 +382,6 @@ def _stacked(a, batch):
         if st != expect:
             return None
         expect = st * n
-    count = int(np.prod(v.shape[:-2]))
     return np.lib.stride_tricks.as_strided(v, (count,) + v.shape[-2:],
                                            (step,) + v.strides[-2:], writeable=False)
 

@@ -63,7 +63,10 @@ def _int_matmul(x, y, out):
 
 def _product(x, y, out, y_stays=False):
     if out.dtype.itemsize == 2:   # float16/bfloat16 (no 16-bit integers here)
-        r = quiet(np.matmul, x.astype(np.float32), y.astype(np.float32))
+        x32, y32 = x.astype(np.float32), y.astype(np.float32)
+        r = np.empty(np.broadcast_shapes(x32.shape[:-2], y32.shape[:-2])
+                     + (x32.shape[-2], y32.shape[-1]), np.float32)
+        quiet(gemm.numpy_matmul, x32, y32, r)
         quiet(np.copyto, out, r, casting="unsafe")
     elif out.dtype.kind == "f":   # 0 * inf = NaN is TensorFlow's answer too
         quiet(gemm.matmul_nd, x, y, out, y_stays)
