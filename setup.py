@@ -39,7 +39,7 @@ setup(
     install_requires=["numpy>=1.26", "numba>=0.60", "absl-py", "threadpoolctl>=3"],
     extras_require={
         "cpu": ["tensorflow-cpu>=2.21,<2.22"],
-        "gpu": ["cupy-cuda12x"],
+        "gpu": ["cupy-cuda13x>=14"],
         "test": ["pytest>=8", "pytest-xdist", "matplotlib"],
     },
     entry_points={"console_scripts": ["tfb=tf_backend.cli:main"],

@@ -4,6 +4,10 @@ Kept import-light: TensorFlow, numpy and numba are imported only when the backen
 """
 __version__ = "0.1.0"
 
+from . import _startup
+
+_startup.check_flag_reaches_startup()
+
 
 def enable(mode="on", force=False):
     """Install the hooks; mode is "on" or "strict". Returns True when the backend is active."""

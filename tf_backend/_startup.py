@@ -69,3 +69,42 @@ def install():
 
 def env_requested():
     return os.environ.get("TF_BACKEND", "").strip().lower() not in ("", "0", "off", "false", "no")
+
+
+PTH = "tf_backend_startup.pth"
+FIX = ('reinstall with a pip that takes the PEP 660 path: `pip install -e .` (or `pip install .`) '
+       'from the tf_backend checkout, which has a pyproject.toml; or call tf_backend.enable() '
+       'after importing TensorFlow')
+
+
+def startup_file():
+    """The installed start-up file's path, or None when no site directory of this interpreter
+    has it (the flag then does nothing)."""
+    import site
+    dirs = list(getattr(site, "getsitepackages", lambda: [])())
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    dirs += [p for p in sys.path if p.endswith("site-packages")]
+    for d in dict.fromkeys(dirs):
+        path = os.path.join(d, PTH)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+_warned = False
+
+
+def check_flag_reaches_startup():
+    """Warn once when TF_BACKEND asks for the backend but no site directory has the start-up
+    file, so unmodified scripts run stock TensorFlow. (Checks presence, not whether it ran:
+    this module is imported by the start-up file itself, before install() runs.)"""
+    global _warned
+    if _warned or not env_requested() or startup_file() is not None:
+        return
+    _warned = True
+    import warnings
+    warnings.warn(f"tf_backend: TF_BACKEND is set but {PTH} is not in this interpreter's "
+                  "site-packages, so scripts that do not call tf_backend.enable() run stock "
+                  f"TensorFlow. Fix: {FIX}. `tfb doctor` checks the installation.",
+                  RuntimeWarning, stacklevel=3)

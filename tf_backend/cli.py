@@ -10,6 +10,9 @@
                                            time, ours/stock (tf_backend/zoo_report.py)
   tfb conformance [--manifest m.json] -- PYTEST ARGS   a test suite off vs on: regressions,
                                            fixes, hollow passes (tf_backend/conformance.py)
+  tfb doctor [--json]                      versions, start-up file, CPU features, threads, BLAS,
+                                           caches, GPU: what a bug report needs (tf_backend/
+                                           doctor.py); exit 1 when TF_BACKEND=1 cannot work
 Exit code: 0, 1 when outputs mismatch or a script fails, 2 on usage errors.
 """
 import argparse
@@ -183,10 +186,15 @@ def cmd_zoo(argv):
     return zoo_report.main(argv)
 
 
+def cmd_doctor(argv):
+    from . import doctor
+    return doctor.main(argv)
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     cmds = {"ab": cmd_ab, "bench": cmd_bench, "conformance": cmd_conformance,
-            "zoo": cmd_zoo}
+            "zoo": cmd_zoo, "doctor": cmd_doctor}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in cmds:
         sys.stdout.write(__doc__)
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
