@@ -1,13 +1,15 @@
 """Shape functions: FusedBatchNormV3 and FusedBatchNormGradV3.
 
-Stock CPU TensorFlow runs 4-D float32 (and bfloat16) batch norm on oneDNN and everything else
-(5-D NDHWC, float16) on Eigen; the two differ in reserve-space shapes (oneDNN: reserve_space_3
-is [0] and the gradient's reserve_space_4/5 are scalars; Eigen: [] and [0]). We run the 4-D
-cases (float16 with Eigen's shapes) and leave 5-D formats to TensorFlow.
+Stock CPU TensorFlow runs 4-D batch norm on oneDNN for the dtypes oneDNN takes on this CPU
+(float32 always, bfloat16 with AVX-512, float16 with AVX512_FP16: host.onednn_runs) and
+everything else (5-D NDHWC, float16 elsewhere) on Eigen; the two differ in reserve-space shapes
+(oneDNN: reserve_space_3 is [0] and the gradient's reserve_space_4/5 are scalars; Eigen: [] and
+[0]). We give the shapes of the kernel stock picks here, and leave 5-D formats to TensorFlow.
 """
 import numpy as np
 
 from .errors import InvalidArgumentError, Unsupported
+from .host import onednn_runs
 from .registry import shape_fn
 from .spec import Spec, fmt_shape
 
@@ -66,8 +68,7 @@ def fused_batch_norm(inputs, attrs):
         _same_channels(var, c, f"{prefix}, variance")
     u = scale.dtype
     vec = _vector(scale, c)
-    # float16 runs on Eigen in stock TensorFlow: its reserve_space_3 is a scalar
-    r3 = () if x.dtype == np.float16 else (0,)
+    r3 = (0,) if onednn_runs(x.dtype) else ()   # Eigen's reserve_space_3 is a scalar
     return [Spec(x.shape, x.dtype), vec, vec, vec, vec, Spec(r3, u)]
 
 
@@ -91,5 +92,5 @@ def fused_batch_norm_grad(inputs, attrs):
     shape = x.shape if x.shape is not None else dy.shape
     vec = _vector(scale, c)
     # oneDNN's reserve_space_4/5 are scalars (TF's graph inference says [0])
-    r45 = (0,) if x.dtype == np.float16 else ()    # float16: Eigen's shapes
+    r45 = () if onednn_runs(x.dtype) else (0,)
     return [Spec(shape, x.dtype), vec, vec, Spec(r45, scale.dtype), Spec(r45, scale.dtype)]

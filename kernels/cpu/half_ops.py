@@ -12,6 +12,7 @@ import numpy as np
 from kernels import KERNELS, kernel
 from kernels.cpu.half_bits import narrow_into, widen
 from shape_fns.errors import InvalidArgumentError
+from shape_fns.host import onednn_runs
 
 HALF = ("float16", "bfloat16")
 F32 = np.dtype(np.float32)
@@ -27,8 +28,9 @@ OPS = {
 }
 
 
-# Stock runs float16 batch norm on Eigen, whose reserve spaces differ from oneDNN's (the float32
-# kernel's): output index -> the shape the float32 kernel expects (ours are zero, as Eigen's).
+# Where stock runs a half type on Eigen (float16 without AVX512_FP16: host.onednn_runs), batch
+# norm's reserve spaces differ from oneDNN's (the float32 kernel's): output index -> the shape the
+# float32 kernel expects (ours are zero, as Eigen's).
 EIGEN_RESERVE = {"FusedBatchNormV3": {5: (0,)}, "FusedBatchNormGradV3": {3: (), 4: ()}}
 
 
@@ -45,8 +47,9 @@ def _wrap(op, type_attrs):
     no_dilations = op in ("Conv2DBackpropInput", "Conv2DBackpropFilter")
 
     def run(inputs, outputs, attrs):
-        if no_dilations and attrs["T"] == np.float16 and max(attrs.get("dilations") or [1]) > 1:
-            # stock's float16 backprops are Eigen's, which refuse dilations (bfloat16: oneDNN)
+        on_eigen = not onednn_runs(attrs["T"])
+        if no_dilations and on_eigen and max(attrs.get("dilations") or [1]) > 1:
+            # stock's Eigen backprops refuse dilations (oneDNN's take them)
             raise InvalidArgumentError(
                 "Current CPU implementations do not yet support dilation rates larger than 1.")
         a = dict(attrs)
@@ -58,7 +61,7 @@ def _wrap(op, type_attrs):
             fn = found[key] = _float32_kernel(op, a)
         ins = [widen(x) if x.dtype.name in HALF else x for x in inputs]
         outs = [np.empty(o.shape, F32) if o.dtype.name in HALF else o for o in outputs]
-        eigen = EIGEN_RESERVE.get(op) if attrs["T"] == np.float16 else None
+        eigen = EIGEN_RESERVE.get(op) if on_eigen else None
         if eigen:   # the float32 kernel writes oneDNN's reserve-space shapes
             for k, shape in eigen.items():
                 outs[k] = np.zeros(shape, F32)

@@ -5,6 +5,7 @@ from numba import njit
 
 from kernels import kernel
 from shape_fns import Unsupported
+from shape_fns.host import onednn_runs
 
 
 FLOATS = (np.float32, np.float64)
@@ -45,8 +46,8 @@ def _softmax(x, out, log, check_nonfinite=False):
     with np.errstate(all="ignore"):
         m = x.max(axis=-1, keepdims=True)
         if check_nonfinite and (np.isnan(m) | (m == np.inf)).any():
-            # stock float32 Softmax (oneDNN) gives lane-dependent results for rows holding NaN
-            # or +Inf (NaN at some positions, 0 elsewhere): leave those to TF
+            # stock's oneDNN Softmax gives lane-dependent results for rows holding NaN or +Inf
+            # (NaN at some positions, 0 elsewhere; Eigen's: NaN across the row): leave those to TF
             raise Unsupported("nonfinite_softmax")
         np.subtract(x, m, out=out)
         np.exp(out, out=out)
@@ -69,7 +70,7 @@ def _half_softmax(x, out, log, check_nonfinite=False):
 @kernel("Softmax", dtypes=FLOATS + HALF)
 def softmax(inputs, outputs, attrs):
     x = inputs[0]
-    f32 = x.dtype == np.float32 or x.dtype.name == "bfloat16"   # both run on oneDNN in TF
+    f32 = onednn_runs(x.dtype)   # float32; bfloat16/float16 where the CPU has them (host.py)
     if x.dtype.itemsize == 2 and not (f32 and x.ndim > 5):
         return _half_softmax(x, outputs[0], False, check_nonfinite=f32)
     if f32 and x.ndim > 5:
