@@ -13,6 +13,8 @@ intermediate result is stored in half (constants too: static_cast<T>(c)).
 `out` is "same" (the input dtype) or "bool".
 `check`, per kind: (condition on `y`, error class name in shape_fns.errors, message); the op
 raises when any element of the second input meets it (integer division by zero).
+`keep_subnormal`: the functor is a bit operation (sign mask, sign flip): under TensorFlow's
+FTZ/DAZ it still returns a subnormal input's bits, so our float kernels do not flush it.
 `incompatible`: for ops with attr incompatible_shape_error (Equal, NotEqual), the scalar result
 when the shapes do not broadcast and the attr is false.
 The expressions follow TensorFlow's CPU functors (Eigen), including their NaN and signed-zero
@@ -32,13 +34,15 @@ BITS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"
 
 
 class Ew:
-    __slots__ = ("name", "arity", "expr", "dtypes", "out", "params", "check", "incompatible")
+    __slots__ = ("name", "arity", "expr", "dtypes", "out", "params", "check", "incompatible",
+                 "keep_subnormal")
 
     def __init__(self, name, arity, expr, dtypes, out="same", params=(), check=None,
-                 incompatible=None):
+                 incompatible=None, keep_subnormal=False):
         self.name, self.arity, self.expr = name, arity, expr
         self.dtypes, self.out, self.params = tuple(dtypes), out, tuple(params)
         self.check, self.incompatible = check or {}, incompatible
+        self.keep_subnormal = keep_subnormal
 
     def expr_for(self, kind):
         if isinstance(self.expr, str):
@@ -55,8 +59,9 @@ class Ew:
 TABLE = {}
 
 
-def ew(name, arity, expr, dtypes, out="same", params=(), check=None, incompatible=None):
-    TABLE[name] = Ew(name, arity, expr, dtypes, out, params, check, incompatible)
+def ew(name, arity, expr, dtypes, out="same", params=(), check=None, incompatible=None,
+       keep_subnormal=False):
+    TABLE[name] = Ew(name, arity, expr, dtypes, out, params, check, incompatible, keep_subnormal)
 
 
 _DIV0 = {"i": ("y == 0", "InvalidArgumentError", "Integer division by zero")}
@@ -110,8 +115,8 @@ ew("LogicalOr", 2, "x or y", B)
 ew("LogicalNot", 1, "not x", B)
 
 # --- unary ---------------------------------------------------------------------------------
-ew("Neg", 1, "-x", FHI)
-ew("Abs", 1, "abs(x)", FHI)
+ew("Neg", 1, "-x", FHI, keep_subnormal=True)
+ew("Abs", 1, "abs(x)", FHI, keep_subnormal=True)
 ew("Sign", 1, {"f": "sign_f(x)", "i": "(x > 0) - (x < 0)"}, FHI)
 ew("Square", 1, "x * x", FHI)
 ew("Reciprocal", 1, "cst(x, 1) / x", FH)

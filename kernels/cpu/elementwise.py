@@ -163,7 +163,7 @@ def _source():
                 continue
             tpl = _UNARY if e.arity == 1 else _BINARY
             pre = ""
-            if k == "f":
+            if k == "f" and not e.keep_subnormal:
                 # TensorFlow's CPU threads flush subnormals to zero (FTZ, DAZ): inputs and results.
                 pre = "".join(f"    {v} = ftz({v})\n" for v in "xy"[:e.arity])
                 if e.out == "same":
@@ -230,6 +230,70 @@ def _ufunc(fname, entry, dtype):
                 u = numba.vectorize([sig], cache=True)(getattr(GEN, fname + "_s"))
                 _ufuncs[key] = u
     return u
+
+
+# Stock's Eigen functors run packets of 8 float32 (TensorFlow's x86-64 wheels are built for AVX)
+# and a scalar loop over the last n % 8 elements, all under FTZ/DAZ, eager and in functions
+# alike. For most ops both paths read a subnormal input as zero. glibc's logf, which the scalar
+# loop calls, finds subnormals from their bits and normalises them with a multiply that DAZ
+# zeroes: every positive subnormal gives log(2**-150), every negative one NaN, where the packet
+# path gives -inf (measured on 1..3e6 elements; tests/test_subnormals.py). These functions
+# rewrite the tail of our (flushed) result to stock's; fused loops leave these ops out.
+STOCK_TAIL_LANES = 8
+_LOG_DAZ = np.float32(-150 * np.log(2.0))
+_TINY32 = np.finfo(np.float32).tiny
+
+
+def _tail(a, shape, r):
+    """The last r elements of `a` broadcast to `shape`, flat."""
+    if a.shape == shape:
+        return a.reshape(-1)[-r:]
+    return np.broadcast_to(a, shape).flat[int(np.prod(shape)) - r:]
+
+
+def _log_daz_tail(x):
+    """(positions, stock's tail values) where the scalar logf differs from the packet path."""
+    sub = (x != 0) & (np.abs(x) < _TINY32)
+    return sub, np.where(x > 0, _LOG_DAZ, np.float32(np.nan)).astype(np.float32)
+
+
+def _log_tail(tails, out, r):
+    x, = tails
+    sub, v = _log_daz_tail(x)
+    if sub.any():
+        out.reshape(-1)[-r:][sub] = v[sub]
+
+
+def _xlogy_tail(tails, out, r):
+    x, y = tails
+    sub, v = _log_daz_tail(y)
+    sub &= np.abs(x) >= _TINY32          # x == 0 under DAZ gives 0, as ours already does
+    if sub.any():
+        with np.errstate(all="ignore"):
+            t = x * v
+        t[np.abs(t) < _TINY32] = 0       # FTZ on the product
+        out.reshape(-1)[-r:][sub] = t[sub]
+
+
+STOCK_TAIL = {("Log", "float32"): _log_tail, ("Xlogy", "float32"): _xlogy_tail}
+
+
+def _with_stock_tail(run, name):
+    """run, then stock's scalar-tail values on float32 outputs (see STOCK_TAIL)."""
+    fix = STOCK_TAIL[(name, "float32")]
+
+    def run_tail(inputs, outputs, attrs):
+        out = outputs[0]
+        r = out.size % STOCK_TAIL_LANES
+        if not r or out.dtype != np.float32:
+            return run(inputs, outputs, attrs)
+        # the tails first: a program may run this kernel in place, over its input
+        tails = [_tail(a, out.shape, r).copy() for a in inputs]
+        run(inputs, outputs, attrs)
+        fix(tails, out, r)
+
+    run_tail.__qualname__ = run.__qualname__
+    return run_tail
 
 
 def _make_unary(entry, kind):
@@ -338,6 +402,8 @@ def _register():
                 continue
             make = _make_unary if entry.arity == 1 else _make_binary
             run = make(entry, k)
+            if (name, "float32") in STOCK_TAIL and "float32" in dts:
+                run = _with_stock_tail(run, name)
             kernel(name, device="cpu", dtypes=dts)(_half(run, name) if half else run)
 
 

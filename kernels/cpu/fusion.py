@@ -45,8 +45,8 @@ def fusable(op, dtype):
     dt = np.dtype(dtype)
     if e is None or e.out != "same" or e.arity not in (1, 2) or dt.kind != "f" or dt.itemsize < 4:
         return False
-    if getattr(e, "check", None):
-        return False
+    if getattr(e, "check", None) or (op, dt.name) in ew.STOCK_TAIL:
+        return False   # error checks; stock's scalar-tail values (elementwise.STOCK_TAIL)
     return np.dtype(dtype).name in {np.dtype(d).name for d in e.dtypes} and e.expr_for("f") is not None
 
 
@@ -64,7 +64,8 @@ def _inline_ops(steps):
     for j, (op, operands, params) in enumerate(steps):
         e = TABLE[op]
         args = ", ".join(["x", "y"][:e.arity] + list(e.params))
-        for name, expr in ((f"_sw{j}", f"ftz(cst(x, {e.expr_for('f')}))"),
+        keep = e.keep_subnormal   # a bit operation: the result keeps a subnormal's bits
+        for name, expr in ((f"_sw{j}", f"{'' if keep else 'ftz'}(cst(x, {e.expr_for('f')}))"),
                            (f"_hw{j}", f"cst(x, {e.expr_for('f')})")):
             defs.append(f"@njit(inline='always', nogil=True, error_model='numpy')\n"
                         f"def {name}({args}):\n    return {expr}\n")
