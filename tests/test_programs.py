@@ -358,8 +358,10 @@ def test_programs_specialise_per_input_shape(tf, tmp_path, monkeypatch):
             tf_backend.enable()
         c = next(iter(functions._cache.values()))
         assert c.dynamic == (0,) and set(c.specialized) == {((3, 8),), ((5, 8),)}
-    spec = [p for p in tmp_path.iterdir() if "specialized" in p.name]
+    spec = [p for p in tmp_path.iterdir() if "specialized" in p.name and p.suffix == ".txt"]
     assert len(spec) == 2 and "[3,8]" in spec[0].read_text() + spec[1].read_text()
+    drivers = [p for p in tmp_path.iterdir() if p.name.endswith(".driver.py")]
+    assert len(drivers) == 3 and all("def drive(vals, failed):" in p.read_text() for p in drivers)
     functions.clear_cache()
 
 
@@ -570,6 +572,7 @@ def test_values_dropped_after_their_last_use(tf, monkeypatch):
         live.append(sum(getattr(v, "shape", None) == (8, 8) for v in vals))   # not constants
 
     monkeypatch.setattr(executor, "step", spy)
+    monkeypatch.setattr(executor, "DRIVERS", False)   # the interpreter, node by node
     peaks = {}
     for drop in (True, False):
         monkeypatch.setattr(executor, "DROP_DEAD", drop)
@@ -578,3 +581,15 @@ def test_values_dropped_after_their_last_use(tf, monkeypatch):
             np.testing.assert_array_equal(np.asarray(chain(x)), ref)
         peaks[drop] = max(live)
     assert peaks[True] <= 3 and peaks[False] >= 20, peaks
+    # the generated driver drops the same values at the same nodes
+    monkeypatch.setattr(executor, "DRIVERS", True)
+    monkeypatch.setattr(executor, "DROP_DEAD", True)
+    functions.clear_cache()
+    with tf_backend.enabled():
+        np.testing.assert_array_equal(np.asarray(chain(x)), ref)
+    prog = next(c.program for c in functions._cache.values() if "chain" in c.name)
+    src = prog.driver.source
+    assert sum(len(d) for d in prog.drops) == src.count(" = None") >= 20
+    for n in prog.nodes:
+        for s in prog.drops[n.id]:
+            assert f"vals[{s}] = None" in src.split(f"# #{n.id} ")[1].split("# #")[0]

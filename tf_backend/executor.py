@@ -192,6 +192,13 @@ def set_threads(n):
 
 
 DROP_DEAD = True   # drop each value after its last use (False: keep all to the end; A/B runs)
+DRIVERS = True     # serial runs through generated drivers (program/driver.py); False: interpret
+
+
+def _driver(prog):
+    from .program import driver
+    prog.driver = d = driver.build(prog, step, declined, as_numpy, alloc.empty, VIEW_OPS)
+    return d
 
 
 class _Run:
@@ -271,8 +278,17 @@ def run(prog, args, threads_pool=None, serial=False):
         blas.single_thread_enter()
     try:
         if not concurrent:
+            start = 0
+            if DRIVERS and DROP_DEAD and not trace.ON and not shadow_mode:
+                drive = prog.driver or _driver(prog)
+                r = drive(vals, failed)
+                start = len(prog.nodes) if r is None else r[0]
+                if r is not None and r[1] is not None:   # node `start` raised: a value, as in step
+                    node = prog.nodes[start]
+                    _poison(node, vals, failed, Failed(r[1], node, _describe_inputs(node, vals)))
+                    start += 1
             drops = prog.drops if DROP_DEAD else [()] * len(prog.nodes)
-            for n in prog.nodes:
+            for n in prog.nodes[start:]:
                 step(n, vals, failed)
                 for s in drops[n.id]:
                     vals[s] = None

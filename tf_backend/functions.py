@@ -129,6 +129,9 @@ def _dump(prog, stage):
         stage = f"specialized{len(os.listdir(d))}"
     with open(os.path.join(d, f"{prog.name}.{stage}.txt"), "w") as f:
         f.write(prog.dump() + "\n")
+    if stage != "before":   # the generated serial driver the executor runs (program/driver.py)
+        with open(os.path.join(d, f"{prog.name}.{stage}.driver.py"), "w") as f:
+            f.write((prog.driver or executor._driver(prog)).source)
 
 
 def on_call(atomic_fn, args):

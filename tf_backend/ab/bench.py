@@ -79,6 +79,19 @@ def _two_branch(tf, keras, np, rng):
     return f, [_t(tf, np, rng, 64, 512)]
 
 
+@workload("chain-200", "200 alternating 4x4 MatMul/Transpose nodes: per-node overhead of a "
+          "program (divide the function time by 200)", inner=5)
+def _chain(tf, keras, np, rng):
+    w = _t(tf, np, rng, 4, 4)
+
+    def f(x):
+        for _ in range(100):
+            x = tf.transpose(tf.matmul(x, w))
+        return x
+
+    return f, [_t(tf, np, rng, 4, 4)]
+
+
 def _zoo_model(name, shape):
     def build(tf, keras, np, rng):
         from .. import zoo

@@ -60,6 +60,7 @@ class Program:
         # filled by finalize()
         self.succs = self.dep_counts = self.producer = None
         self.op_counts = None   # per run: {op: (backend, {fallback reason: n})}
+        self.driver = None      # the generated serial driver (program/driver.py), built lazily
 
     def new_slot(self, name=""):
         s = self.n_slots
@@ -91,6 +92,7 @@ class Program:
         """Renumber nodes and compute producers, successor lists and dependency counts."""
         for i, n in enumerate(self.nodes):
             n.id = i
+        self.driver = None
         self.producer = {}
         for n in self.nodes:
             for s in n.outputs:

@@ -1,0 +1,117 @@
+"""Generated drivers: a program's serial run as one straight-line Python function.
+
+The interpreter (executor.step) decides per node and per call what a node is: its kind, whether
+its inputs failed, whether it is a view, runs in place or in shadow mode, how its outputs are
+allocated. All of that is known once the passes are done, so each program gets a function that
+does only what its nodes need: kernels bound as constants, static output shapes as literals,
+drops after last use as plain stores. Kinds with TensorFlow or control flow inside (stock,
+reads, memo, if, case, while) call the interpreter's step for that node.
+
+Errors stay values: a node that raises returns (node index, exception) to the caller, which
+records it and continues with the interpreter from the next node (dependents are skipped there,
+independent nodes still run), so a failure behaves exactly as in the interpreter. A kernel that
+declines its inputs (Unsupported) runs on TensorFlow for this call, as in the interpreter.
+Tracing and shadow mode use the interpreter; the plain path pays nothing for them.
+"""
+import numpy as np
+
+from shape_fns import Unsupported
+
+_INLINE = ("kernel", "fused", "alias", "noop")
+
+
+def _arr(name):
+    return f"({name} if type({name}) is ND else AS({name}))"
+
+
+def source(prog, view_ops):
+    """(python source of `drive(vals, failed)`, constants it binds by name)."""
+    env = {}
+    lines = ["def drive(vals, failed):"]
+    drops = prog.drops
+
+    def bind(value, prefix, i):
+        name = f"{prefix}{i}"
+        env[name] = value
+        return name
+
+    for n in prog.nodes:
+        i = n.id
+        body = []
+        ins = [f"i{i}_{k}" for k in range(len(n.inputs))]
+        reads = [f"{v} = vals[{s}]" for v, s in zip(ins, n.inputs)]
+        outs = n.outputs
+        kind = n.kind
+        if kind == "noop":
+            pass
+        elif kind == "alias":
+            body += [f"vals[{o}] = vals[{s}]" for o, s in zip(outs, n.inputs)]
+        elif kind == "kernel" and n.op in view_ops:
+            arrays = "[" + ", ".join(_arr(v) for v in ins) + "]"
+            body += reads + [f"vals[{outs[0]}] = {bind(n, 'VIEW', i)}({arrays})[0]"]
+        elif kind in ("kernel", "fused") and n.out_specs is not None and all(
+                s.fully_defined for s in n.out_specs):
+            fn = bind(n.fn if kind == "fused" else n.kdef.fn, "F", i)
+            arrays = "[" + ", ".join(_arr(v) for v in ins) + "]"
+            body += reads + [f"a = {arrays}"]
+            allocs = [f"EMPTY({tuple(s.shape)!r}, {bind(s.dtype, 'DT', f'{i}_{k}')})"
+                      for k, s in enumerate(n.out_specs)]
+            if kind == "fused":
+                call = f"o = {fn}(a, {bind(n.out_specs, 'SP', i)}, out={{}})"
+                if n.inplace is not None:
+                    b = ins[n.inplace]
+                    body += [f"b = {b} if type({b}) is ND and {b}.flags.writeable else None",
+                             call.format("b")]
+                else:
+                    body.append(call.format("None"))
+            else:
+                attrs = bind(n.attrs, "A", i)
+                if n.inplace is not None:
+                    b = ins[n.inplace]
+                    body += [f"if type({b}) is ND and {b}.flags.writeable:",
+                             f"    o = [{b}]",
+                             "else:",
+                             f"    o = [{', '.join(allocs)}]"]
+                else:
+                    body.append(f"o = [{', '.join(allocs)}]")
+                body.append(f"{fn}(a, o, {attrs})")
+            body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
+            if kind == "kernel":
+                node = bind(n, "N", i)
+                body = ["try:"] + ["    " + b for b in body] + [
+                    "except UNSUPPORTED as u:",
+                    f"    o = DECLINED({node}, [vals[s] for s in {list(n.inputs)!r}], u)"] + [
+                    f"    vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
+        else:   # TensorFlow inside, control flow, dynamic shapes: the interpreter's step
+            body += [f"STEP({bind(n, 'N', i)}, vals, failed)", "if failed:",
+                     f"    return {i + 1}, None"]
+        body += [f"vals[{s}] = None" for s in drops[i]]
+        if not body:
+            continue
+        lines += [f"    # #{i} {kind}:{n.op} [{n.name}]", "    try:"]
+        lines += ["        " + b for b in body]
+        lines += ["    except Exception as e:", f"        return {i}, e"]
+    lines.append("    return None")
+    return "\n".join(lines) + "\n", env
+
+
+def build(prog, step, declined, as_numpy, empty, view_ops):
+    """The compiled driver of a finalized program: drive(vals, failed) -> None when every node
+    ran, or (index, exception): node `index` raised `exception` (None: the interpreter already
+    recorded a failure before node `index`)."""
+    src, env = source(prog, view_ops)
+    env.update(ND=np.ndarray, AS=as_numpy, EMPTY=empty, STEP=step, DECLINED=declined,
+               UNSUPPORTED=Unsupported)
+    for name, n in list(env.items()):
+        if name.startswith("VIEW"):
+            env[name] = _viewer(n)
+    code = compile(src, f"<driver {prog.name}>", "exec")
+    exec(code, env)
+    drive = env["drive"]
+    drive.source = src
+    return drive
+
+
+def _viewer(node):
+    from ..executor import _view
+    return lambda arrays: _view(node, arrays)
