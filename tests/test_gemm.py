@@ -177,6 +177,43 @@ def test_few_row_products_with_a_kept_weight_read_its_transpose(monkeypatch, M, 
     filter_cache.clear()
 
 
+@pytest.mark.parametrize("M,K,N", [(1, 3000, 1100), (3, 777, 513), (8, 1024, 4096)])
+def test_weights_too_large_to_keep_are_read_in_place(monkeypatch, M, K, N):
+    """A kept weight whose transpose exceeds a quarter of the cache budget is never transposed
+    nor kept (it would evict every other entry each call: VGG16's fc1): `_nn` reads it in its own
+    layout; float64-exact within tolerance, the same bits at one and two threads, IEEE
+    Inf/NaN kept, and the cache records the refusal."""
+    from kernels.cpu import filter_cache
+    filter_cache.clear()
+    monkeypatch.setattr(filter_cache, "CACHE_BYTES", 4 * K * N * 4 - 1)
+    made = []
+    real_t = gemm._transposed
+    monkeypatch.setattr(gemm, "_transposed", lambda b: (made.append(1), real_t(b))[1])
+    rng = np.random.default_rng(M + K + N)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    a[0, 5] = np.inf
+    own = rng.standard_normal((K, N)).astype(np.float32)
+    own[7, 3] = np.nan
+    b = _foreign(own)
+    outs = []
+    for threads in (1, 2):
+        out = np.empty((M, N), np.float32)
+        _at_threads(threads, lambda: gemm.matmul(a, b, out, b_stays=True))
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    ref = np.empty((M, N), np.float32)
+    with np.errstate(all="ignore"):
+        np.matmul(a, own, out=ref)
+        exact = a.astype(np.float64) @ own.astype(np.float64)
+    assert np.array_equal(np.isnan(outs[0]), np.isnan(ref))
+    assert np.array_equal(np.isinf(outs[0]), np.isinf(ref))
+    fin = np.isfinite(exact)
+    np.testing.assert_allclose(outs[0][fin], exact[fin], rtol=1e-4, atol=1e-4 * np.sqrt(K))
+    assert not made and filter_cache.entries() == 0
+    assert filter_cache.stats()["events"]["transposed:oversized"] == 2
+    filter_cache.clear()
+
+
 def test_few_row_products_keep_ieee_inf_and_nan(monkeypatch):
     """No fast-math assumptions about Inf and NaN: they come out where a float64 product has
     them (0 * Inf = NaN, Inf + finite = Inf)."""

@@ -142,8 +142,14 @@ def test_transformed_filters_cached_only_for_foreign_read_only_memory(monkeypatc
     other = _foreign(f * 2)                      # another buffer: its own transform
     assert winograd.conv3x3(x, other, out, g, cache=True) and len(calls) == n + 2
     assert np.allclose(out, 2 * ref, rtol=1e-5, atol=1e-5)
-    monkeypatch.setattr(filter_cache, "CACHE_BYTES", 0)   # over budget: only the newest is kept
-    third = _foreign(f * 3)
-    assert winograd.conv3x3(x, third, out, g, cache=True)
-    assert filter_cache.entries() == 1
+    size = 16 * f.shape[2] * f.shape[3] * 4
+    monkeypatch.setattr(filter_cache, "CACHE_BYTES", 4 * size)   # room for four entries
+    for k in (4, 8, 16):                                         # a fifth evicts the oldest
+        assert winograd.conv3x3(x, _foreign(f * k), out, g, cache=True)
+    assert filter_cache.entries() == 4
+    assert filter_cache.stats()["events"]["winograd:evicted"] == 1
+    monkeypatch.setattr(filter_cache, "CACHE_BYTES", 4 * size - 1)   # too large to keep at all
+    assert winograd.conv3x3(x, _foreign(f * 32), out, g, cache=True)
+    assert np.allclose(out, 32 * ref, rtol=1e-5, atol=1e-5)   # powers of two: exact scaling
+    assert filter_cache.entries() == 4 and filter_cache.stats()["events"]["winograd:oversized"]
     filter_cache.clear()

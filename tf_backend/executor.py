@@ -197,7 +197,8 @@ DRIVERS = True     # serial runs through generated drivers (program/driver.py); 
 
 def _driver(prog):
     from .program import driver
-    prog.driver = d = driver.build(prog, step, declined, as_numpy, alloc.empty, VIEW_OPS)
+    prog.driver = d = driver.build(prog, step, declined, as_numpy, alloc.empty, VIEW_OPS,
+                                   alloc.SMALL_BYTES)
     return d
 
 

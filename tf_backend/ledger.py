@@ -124,6 +124,10 @@ def snapshot():
                      for k, v in sorted(_functions.items()) if v.get("_touched", True)}
     from . import shadow
     extra = {"shadow": shadow.report()} if shadow.report()["checked"] else {}
+    from kernels.cpu import filter_cache   # weight forms kept between calls, and not kept
+    wc = filter_cache.stats()
+    if wc["events"]:
+        extra["weight_cache"] = wc
     return {"ops": ops, "functions": functions, **extra,
             "totals": {"backend": backend_calls, "fallback": fallback_calls,
                        "coverage": backend_calls / max(1, backend_calls + fallback_calls)}}

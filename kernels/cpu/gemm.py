@@ -39,6 +39,10 @@ ROWS_MIN = 32           # rows per block below which a product is cut into colum
 NT_ENABLED = True       # False: products with kept weights go to BLAS too (A/B runs)
 NT_ROWS_MAX = 128       # rows up to which a product with a kept weight runs `_nt`
 NT_MIN = 1 << 15        # multiply-adds below which `_nt` is not worth its parallel region
+# Products below this go straight to np.matmul, as the checks in `matmul` would send them (below
+# NT_MIN and TEAM_MIN), and without the one-thread hold: OpenBLAS runs products of at most
+# 65536 * GEMM_MULTITHREAD_THRESHOLD (4) multiply-adds on the calling thread anyway.
+TINY = min(NT_MIN, TEAM_MIN, 1 << 16)
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
 _state = {"ok": None}
@@ -207,6 +211,33 @@ def _nt(a, bt, out):
 _NT_MATH = {"reassoc", "contract"}   # no nnan/ninf: Inf and NaN keep their IEEE results
 _nt_team = jit.parallel(_nt, fastmath=_NT_MATH)
 
+NN_ROWS_MAX = 8      # rows up to which a weight too large to keep transposed runs `_nn`
+NN_COLS = 512        # columns per block of `_nn` (its partial rows stay in L1)
+
+
+def _nn(a, b, out):
+    # out = a @ b for a few rows of `a` and a C-contiguous (K, N) weight `b`, read once, row by
+    # row, in its own layout: out[i, block] += a[i, k] * b[k, block] along each row of b. Every
+    # output sums its K terms in k order whatever the blocks, so bits do not depend on threads.
+    M, K = a.shape
+    N = b.shape[1]
+    for blk in prange((N + NN_COLS - 1) // NN_COLS):
+        j0 = blk * NN_COLS
+        j1 = min(N, j0 + NN_COLS)
+        acc = np.zeros((M, j1 - j0), np.float32)
+        for k in range(K):
+            row = b[k]
+            for i in range(M):
+                s = a[i, k]
+                for j in range(j1 - j0):
+                    acc[i, j] += s * row[j0 + j]
+        for i in range(M):
+            for j in range(j1 - j0):
+                out[i, j0 + j] = acc[i, j]
+
+
+_nn_team = jit.parallel(_nn, fastmath={"contract"})
+
 
 def _operand(a, rows, cols):
     """(trans flag, leading dimension) of a 2-D operand BLAS can read in place, else None."""
@@ -256,6 +287,17 @@ def _nt_weight(a, b, out, b_stays):
     return filter_cache.get(b, "transposed", _transposed) if b_stays else None
 
 
+def _nn_ok(a, b, out, b_stays):
+    """A kept weight too large to keep transposed (filter_cache.fits), multiplied by few rows:
+    read it as it is, once, instead of transposing 400 MB per call or packing it in BLAS."""
+    M, K = a.shape
+    N = b.shape[1]
+    return (b_stays and NT_ENABLED and M <= NN_ROWS_MAX and M * N * K >= NT_MIN
+            and a.dtype == b.dtype == out.dtype == np.float32 and b.flags.c_contiguous
+            and out.flags.c_contiguous and not filter_cache.fits(b.nbytes)
+            and not np.may_share_memory(out, a) and not np.may_share_memory(out, b))
+
+
 def _transposed(b):
     return np.ascontiguousarray(b.T)
 
@@ -273,10 +315,16 @@ def matmul(a, b, out, b_stays=False):
     and 0.9-1.1 at 196 rows (NT_ROWS_MAX)."""
     M, K = a.shape
     N = b.shape[1]
+    if M * N * K < TINY:   # what the checks below would decide, without them
+        np.matmul(a, b, out=out)
+        return
     dt = out.dtype
     bt = _nt_weight(a, b, out, b_stays)
     if bt is not None:
         _nt_team(a, bt, out)
+        return
+    if _nn_ok(a, b, out, b_stays):
+        _nn_team(a, b, out)
         return
     fa, fb = _operand(a, M, K), _operand(b, K, N)
     if (fa is None or fb is None or out.strides[1] != dt.itemsize

@@ -183,7 +183,7 @@ def conv3x3(x, f, out, g, cache=False):
 def _filter_cached(f):
     """The transformed filter from the cache (computed and stored on a miss), or None when `f`
     is not cacheable."""
-    return filter_cache.get(f, "winograd", _transformed)
+    return filter_cache.get(f, "winograd", _transformed, 16 * f.shape[2] * f.shape[3] * 4)
 
 
 def _transformed(f):

@@ -127,6 +127,42 @@ def _train_step(tf, keras, np, rng):
     return step, [_t(tf, np, rng, 64, 784), y]
 
 
+def _text_classifier(keras):
+    """The recurrent text classifier of issue 15: Embedding -> LSTM -> GRU -> Dense."""
+    model = keras.Sequential([keras.Input((40,), dtype="int32"), keras.layers.Embedding(2000, 64),
+                              keras.layers.LSTM(64, return_sequences=True), keras.layers.GRU(32),
+                              keras.layers.Dense(1)])
+    return model
+
+
+@workload("rnn-predict", "Embedding-LSTM(64)-GRU(32)-Dense text classifier, batch 64 x 40 "
+          "tokens, forward", inner=2)
+def _rnn_predict(tf, keras, np, rng):
+    model = _text_classifier(keras)
+    x = tf.constant(rng.integers(0, 2000, (64, 40)).astype(np.int32))
+    return (lambda x: model(x, training=False)), [x]
+
+
+@workload("rnn-train-step", "the same classifier's training step (tape + Adam), batch 64",
+          inner=1)
+def _rnn_train_step(tf, keras, np, rng):
+    model = _text_classifier(keras)
+    opt = keras.optimizers.Adam(1e-3)
+    loss_fn = keras.losses.BinaryCrossentropy(from_logits=True)
+    x = tf.constant(rng.integers(0, 2000, (64, 40)).astype(np.int32))
+    y = tf.constant(rng.integers(0, 2, (64, 1)).astype(np.float32))
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    step.stateful = True
+    return step, [x, y]
+
+
 def selected(only):
     if not only:
         return list(WORKLOADS)

@@ -24,8 +24,9 @@ def _arr(name):
     return f"({name} if type({name}) is ND else AS({name}))"
 
 
-def source(prog, view_ops):
-    """(python source of `drive(vals, failed)`, constants it binds by name)."""
+def source(prog, view_ops, small_bytes=0):
+    """(python source of `drive(vals, failed)`, constants it binds by name). Outputs under
+    `small_bytes` are plain np.empty (the allocator's own rule, decided here once)."""
     env = {}
     lines = ["def drive(vals, failed):"]
     drops = prog.drops
@@ -54,7 +55,8 @@ def source(prog, view_ops):
             fn = bind(n.fn if kind == "fused" else n.kdef.fn, "F", i)
             arrays = "[" + ", ".join(_arr(v) for v in ins) + "]"
             body += reads + [f"a = {arrays}"]
-            allocs = [f"EMPTY({tuple(s.shape)!r}, {bind(s.dtype, 'DT', f'{i}_{k}')})"
+            allocs = [f"{'NPEMPTY' if s.dtype.itemsize * _size(s.shape) < small_bytes else 'EMPTY'}"
+                      f"({tuple(s.shape)!r}, {bind(s.dtype, 'DT', f'{i}_{k}')})"
                       for k, s in enumerate(n.out_specs)]
             if kind == "fused":
                 call = f"o = {fn}(a, {bind(n.out_specs, 'SP', i)}, out={{}})"
@@ -95,13 +97,20 @@ def source(prog, view_ops):
     return "\n".join(lines) + "\n", env
 
 
-def build(prog, step, declined, as_numpy, empty, view_ops):
+def _size(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def build(prog, step, declined, as_numpy, empty, view_ops, small_bytes=0):
     """The compiled driver of a finalized program: drive(vals, failed) -> None when every node
     ran, or (index, exception): node `index` raised `exception` (None: the interpreter already
     recorded a failure before node `index`)."""
-    src, env = source(prog, view_ops)
-    env.update(ND=np.ndarray, AS=as_numpy, EMPTY=empty, STEP=step, DECLINED=declined,
-               UNSUPPORTED=Unsupported)
+    src, env = source(prog, view_ops, small_bytes)
+    env.update(ND=np.ndarray, AS=as_numpy, EMPTY=empty, NPEMPTY=np.empty, STEP=step,
+               DECLINED=declined, UNSUPPORTED=Unsupported)
     for name, n in list(env.items()):
         if name.startswith("VIEW"):
             env[name] = _viewer(n)
