@@ -20,6 +20,7 @@ import numpy as np
 from shape_fns import Spec, Unsupported
 
 from . import alloc, ledger, trace, tf_adapter as tfa
+from .runtime.lists import HostList
 
 _DONE = object()
 
@@ -369,6 +370,9 @@ def _describe_inputs(node, vals):
     parts = []
     for s in node.inputs:
         v = vals[s]
+        if type(v) is HostList:
+            parts.append(f"list<{v.dtype.name}>[{v.n}]")
+            continue
         shape = tuple(getattr(v, "shape", ()))
         dt = getattr(v, "dtype", None)
         name = getattr(dt, "name", str(dt))
@@ -406,6 +410,9 @@ def execute(node, vals):
             return declined(node, [vals[s] for s in node.inputs], u)
     if kind == "stock":
         return run_stock(node, vals)
+    if kind == "list":
+        return node.fn([v if type(v) is HostList else as_numpy(v)
+                        for v in (vals[s] for s in node.inputs)], node.attrs)
     if kind == "reads":
         return tfa.read_variables([vals[s] for s in node.inputs], node.raw_attrs)
     if kind == "memo":

@@ -106,7 +106,7 @@ def _node_summary(prog):
 
     def walk(p):
         for n in p.counted_nodes():
-            if n.kind == "kernel":
+            if n.kind in ("kernel", "list"):
                 kernels[n.op] = kernels.get(n.op, 0) + 1
             elif n.kind == "fused":
                 for op in n.fused_ops:

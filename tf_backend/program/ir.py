@@ -11,6 +11,7 @@ Node kinds:
           Mean: fuse_reduce)
   reads   many ReadVariableOps in one TensorFlow call (batch_reads pass; raw_attrs: dtypes)
   memo    weight-derived kernel/fused nodes (attrs["nodes"]), rerun only when a read changed
+  list    a TensorList op on runtime/lists.py's HostList (tensor_lists pass): fn(inputs, attrs)
 """
 from shape_fns.spec import fmt_shape
 
@@ -124,7 +125,7 @@ class Program:
             self.drops[i].append(s)
         counts = {}
         for n in self.counted_nodes():
-            if n.kind == "kernel":
+            if n.kind in ("kernel", "list"):
                 counts.setdefault(n.op, [0, {}])[0] += 1
             elif n.kind == "fused":
                 for op in n.fused_ops:

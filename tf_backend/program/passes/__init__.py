@@ -5,13 +5,13 @@ TF_BACKEND_DISABLE_PASSES=fuse_elementwise,const_fold turns passes off (for A/B 
 import os
 
 from . import (batch_reads, canonicalize, const_fold, dce, epilogue, fuse_elementwise,
-               fuse_reduce, identity, inplace, memo, schedule, shapes)
+               fuse_reduce, identity, inplace, memo, schedule, shapes, tensor_lists)
 
-PIPELINE = (identity, canonicalize, shapes, const_fold, dce, batch_reads, fuse_elementwise,
+PIPELINE = (tensor_lists, identity, canonicalize, shapes, const_fold, dce, batch_reads, fuse_elementwise,
             fuse_reduce, epilogue, memo, inplace, schedule)
 
 
-SHADOW_OFF = {"canonicalize", "fuse_elementwise", "fuse_reduce", "epilogue", "inplace",
+SHADOW_OFF = {"tensor_lists", "canonicalize", "fuse_elementwise", "fuse_reduce", "epilogue", "inplace",
               "batch_reads", "memo"}
 
 
