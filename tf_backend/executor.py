@@ -199,7 +199,7 @@ DRIVERS = True     # serial runs through generated drivers (program/driver.py); 
 def _driver(prog):
     from .program import driver
     prog.driver = d = driver.build(prog, step, declined, as_numpy, alloc.empty, VIEW_OPS,
-                                   alloc.SMALL_BYTES)
+                                   alloc.SMALL_BYTES, alloc.POOL_MIN)
     return d
 
 

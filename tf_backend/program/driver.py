@@ -24,12 +24,29 @@ def _arr(name):
     return f"({name} if type({name}) is ND else AS({name}))"
 
 
-def source(prog, view_ops, small_bytes=0):
+def _internal(prog):
+    """Slots only our own nodes read (no program output, no TensorFlow node): their buffers need
+    no alignment for a zero-copy hand-off to TensorFlow."""
+    ours = {"kernel", "fused", "list", "alias", "noop"}
+    out = set(range(prog.n_slots)) - set(prog.outputs)
+    for n in prog.nodes:
+        if n.kind not in ours:
+            out.difference_update(n.inputs)
+    return out
+
+
+def source(prog, view_ops, small_bytes=0, plain_below=0):
     """(python source of `drive(vals, failed)`, constants it binds by name). Outputs under
-    `small_bytes` are plain np.empty (the allocator's own rule, decided here once)."""
+    `small_bytes`, and those under `plain_below` that only our nodes read, are plain np.empty
+    (aligned allocation is for buffers TensorFlow takes without a copy)."""
     env = {}
     lines = ["def drive(vals, failed):"]
     drops = prog.drops
+    internal = _internal(prog)
+
+    def plain(slot, spec):
+        nbytes = spec.dtype.itemsize * _size(spec.shape)
+        return nbytes < small_bytes or (slot in internal and nbytes < plain_below)
 
     def bind(value, prefix, i):
         name = f"{prefix}{i}"
@@ -55,15 +72,17 @@ def source(prog, view_ops, small_bytes=0):
             fn = bind(n.fn if kind == "fused" else n.kdef.fn, "F", i)
             arrays = "[" + ", ".join(_arr(v) for v in ins) + "]"
             body += reads + [f"a = {arrays}"]
-            allocs = [f"{'NPEMPTY' if s.dtype.itemsize * _size(s.shape) < small_bytes else 'EMPTY'}"
+            allocs = [f"{'NPEMPTY' if plain(o, s) else 'EMPTY'}"
                       f"({tuple(s.shape)!r}, {bind(s.dtype, 'DT', f'{i}_{k}')})"
-                      for k, s in enumerate(n.out_specs)]
+                      for k, (o, s) in enumerate(zip(outs, n.out_specs))]
             if kind == "fused":
                 call = f"o = {fn}(a, {bind(n.out_specs, 'SP', i)}, out={{}})"
                 if n.inplace is not None:
                     b = ins[n.inplace]
                     body += [f"b = {b} if type({b}) is ND and {b}.flags.writeable else None",
                              call.format("b")]
+                elif len(allocs) == 1:   # a fresh buffer of the loop's own shape
+                    body.append(call.format(allocs[0]))
                 else:
                     body.append(call.format("None"))
             else:
@@ -84,6 +103,10 @@ def source(prog, view_ops, small_bytes=0):
                     "except UNSUPPORTED as u:",
                     f"    o = DECLINED({node}, [vals[s] for s in {list(n.inputs)!r}], u)"] + [
                     f"    vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
+        elif kind == "list":   # runtime/lists.py: host lists pass as they are
+            arrays = "[" + ", ".join(f"({v} if type({v}) is HL else AS({v}))" for v in ins) + "]"
+            body += reads + [f"o = {bind(n.fn, 'F', i)}({arrays}, {bind(n.attrs, 'A', i)})"]
+            body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
         else:   # TensorFlow inside, control flow, dynamic shapes: the interpreter's step
             body += [f"STEP({bind(n, 'N', i)}, vals, failed)", "if failed:",
                      f"    return {i + 1}, None"]
@@ -104,12 +127,13 @@ def _size(shape):
     return n
 
 
-def build(prog, step, declined, as_numpy, empty, view_ops, small_bytes=0):
+def build(prog, step, declined, as_numpy, empty, view_ops, small_bytes=0, plain_below=0):
     """The compiled driver of a finalized program: drive(vals, failed) -> None when every node
     ran, or (index, exception): node `index` raised `exception` (None: the interpreter already
     recorded a failure before node `index`)."""
-    src, env = source(prog, view_ops, small_bytes)
-    env.update(ND=np.ndarray, AS=as_numpy, EMPTY=empty, NPEMPTY=np.empty, STEP=step,
+    src, env = source(prog, view_ops, small_bytes, plain_below)
+    from ..runtime.lists import HostList
+    env.update(ND=np.ndarray, HL=HostList, AS=as_numpy, EMPTY=empty, NPEMPTY=np.empty, STEP=step,
                DECLINED=declined, UNSUPPORTED=Unsupported)
     for name, n in list(env.items()):
         if name.startswith("VIEW"):
