@@ -14,10 +14,13 @@ from .spec import Spec, fmt_shape
 I32 = np.dtype(np.int32)
 
 
-def _vec(spec, what, op):
-    """Host value of a shape-like input as a list of ints (None when unknown); must be 1-D."""
+def _vec(spec, what, op, stock=None):
+    """Host value of a shape-like input as a list of ints (None when unknown); must be 1-D.
+    `stock`: the name stock's message gives the input (then its words are used)."""
     sh = spec.shape
     if sh is not None and len(sh) != 1:
+        if stock:
+            raise InvalidArgumentError(f"{stock} input must be 1-D, not {fmt_shape(sh)}")
         raise InvalidArgumentError(f"{op}: {what} must be 1-D, got shape {fmt_shape(sh)}")
     v = spec.value
     return None if v is None else v.tolist()
@@ -65,7 +68,7 @@ def reshape(inputs, attrs):
     x, s = inputs
     if s.shape == ():   # TensorFlow's kernel still takes a scalar shape as one dim (eager only:
         s = Spec((1,), s.dtype, None if s.value is None else s.value.reshape(1))   # graphs refuse)
-    dims = _vec(s, "shape", "Reshape")
+    dims = _vec(s, "shape", "Reshape", stock="sizes")
     if dims is None:
         return [unknown(x.dtype, s.shape[0] if s.shape else None)]
     wild = -1
@@ -74,10 +77,10 @@ def reshape(inputs, attrs):
         if d == -1:
             if wild != -1:
                 raise InvalidArgumentError(
-                    f"Reshape: only one input size may be -1, not both {wild} and {i}")
+                    f"Only one input size may be -1, not both {wild} and {i}")
             wild = i
         elif d < 0:
-            raise InvalidArgumentError(f"Reshape: size {i} must be non-negative, not {d}")
+            raise InvalidArgumentError(f"Size {i} must be non-negative, not {d}")
         elif d == 0:
             has_zero = True
         else:
@@ -96,9 +99,10 @@ def reshape(inputs, attrs):
     if wild != -1:
         missing = n // product
         if missing * product != n:
-            raise InvalidArgumentError(
-                f"Reshape: input {fmt_shape(xs)} has {n} values, but the requested shape "
-                f"{fmt_shape(dims)} requires a multiple of {product}")
+            raise InvalidArgumentError(   # stock's words first (tests match them), then ours
+                f"Input to reshape is a tensor with {n} values, but the requested shape "
+                f"requires a multiple of {product} (input {fmt_shape(xs)}, requested "
+                f"{fmt_shape(dims)})")
         dims[wild] = missing
     total = 1
     for d in dims:
@@ -108,8 +112,8 @@ def reshape(inputs, attrs):
         n *= d
     if total != n:
         raise InvalidArgumentError(
-            f"Reshape: input {fmt_shape(xs)} has {n} values, but the requested shape "
-            f"{fmt_shape(dims)} has {total}")
+            f"Input to reshape is a tensor with {n} values, but the requested shape has "
+            f"{total} (input {fmt_shape(xs)}, requested {fmt_shape(dims)})")
     return [Spec(dims, x.dtype)]
 
 

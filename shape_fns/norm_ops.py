@@ -94,3 +94,21 @@ def fused_batch_norm_grad(inputs, attrs):
     # oneDNN's reserve_space_4/5 are scalars (TF's graph inference says [0])
     r45 = () if onednn_runs(x.dtype) else (0,)
     return [Spec(shape, x.dtype), vec, vec, Spec(r45, scale.dtype), Spec(r45, scale.dtype)]
+
+
+# FusedBatchNormV2 (T, U) and FusedBatchNorm (T only, float32): V3 without reserve_space_3;
+# FusedBatchNormGradV2/FusedBatchNormGrad: V3's gradient without the reserve_space_3 input.
+def _u(attrs):
+    return attrs if "U" in attrs else dict(attrs, U=attrs.get("T"))
+
+
+@shape_fn("FusedBatchNormV2", "FusedBatchNorm", value_free=True)
+def fused_batch_norm_v2(inputs, attrs):
+    return fused_batch_norm(inputs, _u(attrs))[:5]
+
+
+@shape_fn("FusedBatchNormGradV2", "FusedBatchNormGrad", value_free=True)
+def fused_batch_norm_grad_v2(inputs, attrs):
+    x = inputs[1]
+    r3 = Spec((0,) if onednn_runs(x.dtype) else (), inputs[2].dtype)
+    return fused_batch_norm_grad(list(inputs) + [r3], _u(attrs))

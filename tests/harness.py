@@ -58,6 +58,14 @@ def raised(fn, args, mode):
         tf_backend.disable()
 
 
+def stock_words(exc):
+    """Stock's message without TensorFlow's wrapping ({{function_node ...}} and [Op:...])."""
+    import re
+    msg = str(exc).splitlines()[0] if str(exc) else ""
+    msg = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", msg)
+    return re.sub(r"\s*\[Op:[^\]]*\].*$", "", msg).strip()
+
+
 def assert_matches(ours, ref, kind="elementwise", reduction_len=1, rtol=None, atol=None, what=""):
     assert len(ours) == len(ref), f"{what}: {len(ours)} outputs vs {len(ref)}"
     for i, (o, r) in enumerate(zip(ours, ref)):

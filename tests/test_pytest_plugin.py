@@ -49,6 +49,20 @@ def test_plugin_on_records_ledger_and_hollow_passes(tmp_path):
     assert "1 passing tests ran our kernels, 2 hollow passes" in r.stdout   # Bessel fell back
 
 
+def test_report_at_exit_sums_the_whole_run(tmp_path, monkeypatch):
+    """TF_BACKEND_REPORT under the plugin holds every test's counts, not the last test's, with
+    and without xdist workers."""
+    import json
+    for opts in ((), ("-n", "2")):
+        report = tmp_path / f"report{len(opts)}.json"
+        monkeypatch.setenv("TF_BACKEND_REPORT", str(report))
+        r, _ = _run(tmp_path, "--tf-backend=on", *opts)
+        assert r.returncode == 0, r.stdout + r.stderr
+        doc = json.loads(report.read_text())
+        assert doc["tests"] == 3 and doc["ops"]["Relu"]["backend"] == 1, doc
+        assert doc["ops"]["BesselI0e"]["fallback"] == 1 and doc["totals"]["backend"] >= 3
+
+
 def test_plugin_summary_counts_xdist_workers_tests(tmp_path):
     r, _ = _run(tmp_path, "--tf-backend=on", "-n", "2",
                 f"--tf-backend-results={tmp_path / 'r.jsonl'}")

@@ -50,7 +50,13 @@ _spec_cache = {}   # (op, attrs key, input shapes) -> output specs, for value-fr
 _warned = set()
 
 
+# Ops with no data to compute: neither ours nor a fallback, so the ledger does not count them
+NO_EFFECT = frozenset({"NoOp", "ControlTrigger"})
+
+
 def _build_info(op):
+    if op in NO_EFFECT:
+        return None
     sig = tfa.op_signature(op)
     if sig is None:
         return None  # a function call (__inference_f_12), not an op

@@ -150,6 +150,9 @@ def format_table(stats):
     return "\n".join(lines)
 
 
+report_owner = None   # who writes TF_BACKEND_REPORT instead of the at-exit hook ("pytest")
+
+
 def write_report(path, stats):
     if path == "-":
         sys.stderr.write("tf_backend ledger\n" + format_table(stats) + "\n")

@@ -19,7 +19,8 @@ import os
 
 import pytest
 
-_state = {"mode": "off", "ran": 0, "hollow": 0, "tests": 0, "results": None, "seen": {}}
+_state = {"mode": "off", "ran": 0, "hollow": 0, "tests": 0, "results": None, "seen": {},
+          "ops": {}}   # op -> {"backend": n, "reasons": {reason: n}}: the whole run, summed
 
 
 def pytest_addoption(parser):
@@ -39,6 +40,10 @@ def pytest_configure(config):
         _state["results"] = open(path, "a", buffering=1)
     if mode != "off":
         import tf_backend
+        from . import ledger
+        # the ledger is reset per test: TF_BACKEND_REPORT is written here, summed over the run
+        # from every test's properties (under xdist the workers' reach the controller)
+        ledger.report_owner = "pytest"
         tf_backend.enable(mode)
         if hasattr(config, "workerinput"):
             _one_blas_thread()
@@ -116,15 +121,48 @@ def pytest_runtest_logreport(report):
         if _state["results"] is not None:
             _emit({"test": junit_id(report.nodeid), **seen})
         if "tf_backend_backend_calls" in seen["props"]:
+            _sum_ledger(seen["props"])
             _state["tests"] += 1
             if seen["outcome"] == "passed":
                 _state["hollow" if seen["props"].get("tf_backend_hollow") else "ran"] += 1
+
+
+def _sum_ledger(props):
+    try:
+        ops = json.loads(props.get("tf_backend_ops", "{}"))
+        fallbacks = json.loads(props.get("tf_backend_fallbacks", "{}"))
+    except ValueError:
+        return
+    for op, n in ops.items():
+        o = _state["ops"].setdefault(op, {"backend": 0, "reasons": {}})
+        o["backend"] += int(n)
+    for op, reasons in fallbacks.items():
+        o = _state["ops"].setdefault(op, {"backend": 0, "reasons": {}})
+        for r, n in reasons.items():
+            o["reasons"][r] = o["reasons"].get(r, 0) + int(n)
+
+
+def run_report():
+    """The whole run's ledger, in tf_backend.stats()'s form (ops and totals)."""
+    ops = {}
+    for op, o in sorted(_state["ops"].items()):
+        fb = sum(o["reasons"].values())
+        ops[op] = {"backend": o["backend"], "fallback": fb, "errors": 0,
+                   "reasons": dict(o["reasons"]), "kernels": {}}
+    b = sum(o["backend"] for o in ops.values())
+    f = sum(o["fallback"] for o in ops.values())
+    return {"ops": ops, "functions": {}, "tests": _state["tests"],
+            "totals": {"backend": b, "fallback": f, "coverage": b / max(1, b + f)}}
 
 
 def pytest_unconfigure(config):
     if _state["results"] is not None:
         _state["results"].close()
         _state["results"] = None
+    path = os.environ.get("TF_BACKEND_REPORT")
+    if _state["mode"] != "off" and path and not hasattr(config, "workerinput"):
+        from . import ledger
+        ledger.write_report(path, run_report())
 
 
 def pytest_terminal_summary(terminalreporter):

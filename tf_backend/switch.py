@@ -69,5 +69,5 @@ def _register_report():
     global _report_registered
     if not _report_registered and os.environ.get("TF_BACKEND_REPORT"):
         _report_registered = True
-        atexit.register(lambda: ledger.write_report(os.environ["TF_BACKEND_REPORT"],
-                                                    ledger.snapshot()))
+        atexit.register(lambda: ledger.report_owner is None and ledger.write_report(
+            os.environ["TF_BACKEND_REPORT"], ledger.snapshot()))

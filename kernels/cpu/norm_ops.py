@@ -11,6 +11,7 @@ from numba import njit, prange
 
 from kernels import kernel
 from kernels.cpu import jit
+from shape_fns.host import onednn_runs
 from shape_fns.norm_ops import channel_axis
 
 from .conv_ops import nhwc_in, nhwc_out
@@ -192,3 +193,31 @@ def fused_batch_norm_grad(inputs, outputs, attrs):
         else:
             (_scale_rows_p if par else _scale_rows_s)(dy2, k1, dx2)
     finish()
+
+
+# FusedBatchNormV2 (T, U) and FusedBatchNorm (T only): V3's kernel (this module's float32 one,
+# half_ops' for float16/bfloat16) with reserve_space_3 written to a scratch array; their
+# gradients: V3's gradient with the reserve_space_3 input it does not read.
+def _v3_kernel(op, attrs):
+    from kernels import lookup
+    a = attrs if "U" in attrs else dict(attrs, U=attrs["T"])
+    k, _ = lookup(op, "cpu", a)
+    return k.fn, a
+
+
+def _reserve3(x):
+    return np.zeros((0,) if onednn_runs(x.dtype) else (), np.float32)
+
+
+@kernel("FusedBatchNormV2", dtypes=FLOATS + ("float16", "bfloat16"), type_attr=("T", "U"))
+@kernel("FusedBatchNorm", dtypes=FLOATS)
+def fused_batch_norm_v2(inputs, outputs, attrs):
+    fn, a = _v3_kernel("FusedBatchNormV3", attrs)
+    fn(inputs, list(outputs) + [_reserve3(inputs[0])], a)
+
+
+@kernel("FusedBatchNormGradV2", dtypes=FLOATS + ("float16", "bfloat16"), type_attr=("T", "U"))
+@kernel("FusedBatchNormGrad", dtypes=FLOATS)
+def fused_batch_norm_grad_v2(inputs, outputs, attrs):
+    fn, a = _v3_kernel("FusedBatchNormGradV3", attrs)
+    fn(list(inputs) + [_reserve3(inputs[1])], outputs, a)

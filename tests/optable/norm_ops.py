@@ -20,6 +20,23 @@ def _bn_grad(dy, x, scale, r1, r2, r3, eps=1e-3, training=True, fmt="NHWC"):
         reserve_space_3=r3, epsilon=eps, data_format=fmt, is_training=training)
 
 
+def _bn_v2(x, scale, offset, mean, var, eps=1e-3, factor=1.0, training=True, op="V2"):
+    """FusedBatchNormV2 / FusedBatchNorm (no exponential_avg_factor attr: factor must be 1)."""
+    f = tf.raw_ops.FusedBatchNormV2 if op == "V2" else tf.raw_ops.FusedBatchNorm
+    return f(x=x, scale=scale, offset=offset, mean=mean, variance=var, epsilon=eps,
+             is_training=training)
+
+
+def _bn_grad_v2(dy, x, scale, r1, r2, r3, eps=1e-3, training=True, op="V2"):
+    f = tf.raw_ops.FusedBatchNormGradV2 if op == "V2" else tf.raw_ops.FusedBatchNormGrad
+    return f(y_backprop=dy, x=x, scale=scale, reserve_space_1=r1, reserve_space_2=r2,
+             epsilon=eps, is_training=training)
+
+
+def _factor_one(samples):
+    return lambda dt, rng: [a for a in samples(dt, rng) if len(a) < 7 or a[6] == 1.0]
+
+
 def _params(rng, c, dt):
     """scale, offset, mean, variance for c channels."""
     return (positive(rng, (c,), dt, 0.5, 2), arr(rng, (c,), dt, -1, 1), arr(rng, (c,), dt, -1, 1),
@@ -161,7 +178,8 @@ def _half(samples, n_half):
 
 CASES = [
     OpCase("FusedBatchNormV3_training", "FusedBatchNormV3",
-           lambda x, s, o, m, v, eps, f: _bn(x, s, o, m, v, eps, f, True), train_samples,
+           lambda x, s, o, m, v, eps=1e-3, f=1.0, training=True:
+           _bn(x, s, o, m, v, eps, f, training), train_samples,
            kind="reduction", reduction_len=_rows, errors=bn_errors, grad=True, grad_args=(0, 1, 2),
            grad_ops=GRAD),
     # no gradient: stock's scale gradient cancels (error 7e-5 relative at |mean|/std ~ 5, ours
@@ -202,8 +220,32 @@ CASES = [
            shape_check=False),
     # shape_check off: TF's graph inference says [0] for reserve_space_4/5, which oneDNN (and
     # so eager and tf.function at run time) returns as scalars
+    # the V2 and V1 ops (older graphs, FusedBatchNormV2 in TF's own layers): V3 underneath
+    OpCase("FusedBatchNormV2_training", "FusedBatchNormV2",
+           lambda x, s, o, m, v, eps=1e-3, f=1.0, training=True:
+           _bn_v2(x, s, o, m, v, eps, f, training),
+           _factor_one(train_samples), kind="reduction", reduction_len=_rows,
+           errors=lambda dt: [e for e in bn_errors(dt) if len(e) < 7 or e[6] == 1.0]),
+    OpCase("FusedBatchNormV2_inference", "FusedBatchNormV2",
+           lambda x, s, o, m, v, eps, f: _bn_v2(x, s, o, m, v, eps, f, False),
+           _factor_one(infer_samples), kind="reduction", reduction_len=lambda a: 4),
+    OpCase("FusedBatchNormV2_training_half", "FusedBatchNormV2",
+           lambda x, s, o, m, v, eps, f: _bn_v2(x, s, o, m, v, eps, f, True),
+           _half(_factor_one(train_samples), 1), dtypes=HALF, kind="reduction",
+           reduction_len=_rows),
+    OpCase("FusedBatchNorm_training", "FusedBatchNorm",
+           lambda x, s, o, m, v, eps, f: _bn_v2(x, s, o, m, v, eps, f, True, "V1"),
+           _factor_one(train_samples), kind="reduction", reduction_len=_rows),
+    OpCase("FusedBatchNormGradV2_training", "FusedBatchNormGradV2",
+           lambda dy, x, s, m, v, r3, eps: _bn_grad_v2(dy, x, s, m, v, r3, eps, True),
+           grad_samples, kind="reduction", reduction_len=_grad_rows, shape_check=False),
+    OpCase("FusedBatchNormGrad_inference", "FusedBatchNormGrad",
+           lambda dy, x, s, m, v, r3, eps: _bn_grad_v2(dy, x, s, m, v, r3, eps, False, "V1"),
+           lambda dt, rng: grad_samples(dt, rng, False), kind="reduction",
+           reduction_len=_grad_rows, shape_check=False),
     OpCase("FusedBatchNormGradV3_training", "FusedBatchNormGradV3",
-           lambda dy, x, s, m, v, r3, eps: _bn_grad(dy, x, s, m, v, r3, eps, True), grad_samples,
+           lambda dy, x, s, m, v, r3, eps=1e-3: _bn_grad(dy, x, s, m, v, r3, eps, True),
+           grad_samples,
            kind="reduction", reduction_len=_grad_rows, errors=grad_errors, shape_check=False),
     OpCase("FusedBatchNormGradV3_inference", "FusedBatchNormGradV3",
            lambda dy, x, s, m, v, r3, eps: _bn_grad(dy, x, s, m, v, r3, eps, False),
