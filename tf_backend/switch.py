@@ -23,6 +23,7 @@ def enable(mode="on", force=False):
             tfa.warn_unverified(version)
             return False
         dispatch.refresh()
+        tfa.forget_devices()
         dispatch.check_input_devices = tfa.gpus_visible()
         dispatch.mode = mode
         executor.shadow_mode = mode == "shadow"

@@ -9,7 +9,10 @@ import warnings
 import numpy as np
 
 VERIFIED = ("2.21",)
-CPU_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
+# Our outputs live on this process's host CPU. A partial name: the context completes it with its
+# own job/replica/task, /job:localhost/... in one process, /job:worker/replica:0/task:N/... once
+# a multi-worker context is set up (a full /job:localhost name is an unknown device there).
+CPU_DEVICE = "/device:CPU:0"
 
 # TF DataType enum <-> numpy dtype (only the dtypes our kernels may see).
 _ENUM_TO_NP = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16,
@@ -216,19 +219,43 @@ def ctx():
     return context.context()
 
 
-_HOST_CPU0 = re.compile(r"^(/job:localhost)?(/replica:0)?(/task:0)?(/device:|/)?CPU:0$", re.I)
+_CPU0 = re.compile(r"^((/job:(?P<job>[^/]+))?(/replica:(?P<replica>\d+))?"
+                   r"(/task:(?P<task>\d+))?)(/device:|/)?CPU:(?P<index>\d+)$", re.I)
 _host_cpu0_seen = {}
 
 
+def host_address_space():
+    """(job, replica, task) of this process in its context: localhost/0/0 alone, worker/0/N in
+    a multi-worker cluster."""
+    m = _CPU0.match(ctx().host_address_space() + "/device:CPU:0")
+    return (m.group("job"), m.group("replica"), m.group("task")) if m else ("localhost", "0", "0")
+
+
 def device_is_cpu(device_name):
-    """True for no device scope or this process's CPU:0 (our outputs live there). Another
-    task's CPU:0 (`/job:worker/replica:0/task:1/device:CPU:0`) is not ours to run on."""
+    """True for no device scope or this process's CPU:0 in whatever job the context runs (our
+    outputs live there). Another task's CPU:0 (`/job:worker/replica:0/task:1/device:CPU:0`
+    seen from task 0) is not ours to run on. Cached per name (cleared by `forget_devices`)."""
     if not device_name:
         return True
     r = _host_cpu0_seen.get(device_name)
     if r is None:
-        r = _host_cpu0_seen[device_name] = bool(_HOST_CPU0.match(device_name))
+        r = _host_cpu0_seen[device_name] = device_is_local_cpu(device_name, index="0")
     return r
+
+
+def device_is_local_cpu(device_name, index=None):
+    """A CPU device of this process (any index, or `index`), in whatever job the context runs."""
+    m = _CPU0.match(device_name)
+    if m is None or (index is not None and m.group("index") != index):
+        return False
+    local = host_address_space()
+    return all(m.group(k) is None or m.group(k) == v
+               for k, v in zip(("job", "replica", "task"), local))
+
+
+def forget_devices():
+    """Drop cached device answers (the context may have changed its job)."""
+    _host_cpu0_seen.clear()
 
 
 def gpus_visible():

@@ -8,7 +8,6 @@ as the tie-break: get_operations() is creation order, which is not a dependency 
 while_v2's gradient has added accumulator inputs (created later) to the forward While op.
 """
 import heapq
-import re
 
 import numpy as np
 
@@ -31,8 +30,8 @@ WHOLE_FUNCTION_OPS = {"Send", "Recv", "_Send", "_Recv", "_HostSend", "_HostRecv"
 WHOLE_FUNCTION_PREFIXES = ("Collective", "Nccl", "_Nccl")
 # Logical CPU devices of this process (tf.config.set_logical_device_configuration, e.g. the
 # replicas of MirroredStrategy(["/cpu:0", "/cpu:1"])) share the host's memory: our kernels can
-# run their ops; TensorFlow copies our CPU:0 outputs where a CPU:1 consumer needs them.
-_LOCAL_CPU = re.compile(r"^(/job:localhost)?(/replica:0)?(/task:0)?/device:CPU:\d+$", re.I)
+# run their ops (tf_adapter.device_is_local_cpu); TensorFlow copies our CPU:0 outputs where a
+# CPU:1 consumer needs them.
 
 
 class Unlowerable(Exception):
@@ -81,7 +80,7 @@ def _lower_ops(prog, graph, env, ctrl_prefix, depth):
             continue
         if op.type in WHOLE_FUNCTION_OPS or op.type.startswith(WHOLE_FUNCTION_PREFIXES):
             raise Unlowerable(f"collective:{op.type}")
-        if op.device and not (tfa.device_is_cpu(op.device) or _LOCAL_CPU.match(op.device)):
+        if op.device and not tfa.device_is_local_cpu(op.device):
             raise Unlowerable(f"device_placement:{op.device}")
         ins = []
         for t in op.inputs:
