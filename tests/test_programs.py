@@ -593,3 +593,21 @@ def test_values_dropped_after_their_last_use(tf, monkeypatch):
     for n in prog.nodes:
         for s in prog.drops[n.id]:
             assert f"vals[{s}] = None" in src.split(f"# #{n.id} ")[1].split("# #")[0]
+
+
+def test_xla_compile_clusters_inside_a_function_run_as_tensorflow_does(tf):
+    """tf.xla.experimental.compile inside a tf.function: its marker ops (XlaClusterOutput) only
+    mean something to TensorFlow's graph rewriting, so the function runs on TensorFlow, with the
+    reason in the ledger (it used to fail: no kernel for XlaClusterOutput)."""
+    @tf.function
+    def f(x):
+        return tf.xla.experimental.compile(lambda: tf.nn.relu(x) * 2.0)[0]
+
+    x = tf.constant([1.0, -1.0])
+    ref = f(x).numpy()
+    functions.clear_cache()
+    with tf_backend.enabled():
+        tf_backend.reset_stats()
+        np.testing.assert_array_equal(f(x).numpy(), ref)
+        fns = tf_backend.stats()["functions"]
+    assert [fn["reason"] for fn in fns.values()] == ["xla_cluster:XlaClusterOutput"], fns

@@ -28,6 +28,7 @@ MAX_INLINE_DEPTH = 32
 # TensorFlow.
 WHOLE_FUNCTION_OPS = {"Send", "Recv", "_Send", "_Recv", "_HostSend", "_HostRecv"}
 WHOLE_FUNCTION_PREFIXES = ("Collective", "Nccl", "_Nccl")
+XLA_CLUSTER_OPS = {"XlaClusterOutput", "XlaLaunch", "_XlaCompile", "_XlaRun", "_XlaMerge"}
 # Logical CPU devices of this process (tf.config.set_logical_device_configuration, e.g. the
 # replicas of MirroredStrategy(["/cpu:0", "/cpu:1"])) share the host's memory: our kernels can
 # run their ops (tf_adapter.device_is_local_cpu); TensorFlow copies our CPU:0 outputs where a
@@ -80,6 +81,10 @@ def _lower_ops(prog, graph, env, ctrl_prefix, depth):
             continue
         if op.type in WHOLE_FUNCTION_OPS or op.type.startswith(WHOLE_FUNCTION_PREFIXES):
             raise Unlowerable(f"collective:{op.type}")
+        if op.type in XLA_CLUSTER_OPS:
+            # tf.xla.experimental.compile: the cluster's ops only mean something to TensorFlow's
+            # own graph rewriting (EncapsulateXlaComputationsPass), so the function runs there
+            raise Unlowerable(f"xla_cluster:{op.type}")
         if op.device and not tfa.device_is_local_cpu(op.device):
             raise Unlowerable(f"device_placement:{op.device}")
         ins = []
