@@ -611,3 +611,28 @@ def test_xla_compile_clusters_inside_a_function_run_as_tensorflow_does(tf):
         np.testing.assert_array_equal(f(x).numpy(), ref)
         fns = tf_backend.stats()["functions"]
     assert [fn["reason"] for fn in fns.values()] == ["xla_cluster:XlaClusterOutput"], fns
+
+
+def test_seeded_random_ops_in_a_function_have_their_own_state(tf):
+    """A stateful random op inside a function has its own kernel (and generator state) in stock:
+    seeded, its first draw equals a fresh eager call's, and calls of the function and of the
+    eager op each continue their own sequence. Ours: the node runs through a TensorFlow function
+    of its own, not the eager kernel cache the user's eager calls share."""
+    def run():
+        tf.random.set_seed(0)
+        init = lambda: tf.random.uniform([3], seed=42)            # noqa: E731
+        drop = tf.function(lambda x: tf.nn.dropout(x, 0.5, seed=7))
+        f = tf.function(init)
+        out = [init(), f(), init(), f(), drop(tf.ones([8])), drop(tf.ones([8]))]
+        return [np.asarray(t) for t in out]
+
+    ref = run()
+    functions.clear_cache()
+    with tf_backend.enabled():
+        tf_backend.reset_stats()
+        got = run()
+        fb = tf_backend.stats()["ops"]["RandomUniform"]["fallback"]
+    np.testing.assert_array_equal(ref[0], ref[1])                  # stock: fresh state each
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)
+    assert fb >= 4

@@ -138,6 +138,8 @@ def on_call(atomic_fn, args):
     if dispatch.mode == "off" or not tfa.device_is_cpu(tfa.current_device()):
         return None   # a call placed on another device (e.g. a MirroredStrategy replica)
     name, graph = tfa.atomic_fn_info(atomic_fn)
+    if name in tfa.ISOLATED_FUNCTIONS:   # a node's own TensorFlow function (execute_isolated)
+        return None
     key = (name, dispatch.mode == "shadow")   # shadow programs keep every op as its own node
     c = _cache.get(key)
     if c is None:
@@ -192,3 +194,4 @@ def _to_tf_error(failed, fn_name):
 def clear_cache():
     with _lock:
         _cache.clear()
+        tfa.forget_isolated()

@@ -526,6 +526,64 @@ def execute_stock(op_type, inputs, flat_attrs, num_outputs):
         raise core._status_to_exception(e) from None
 
 
+# Ops whose kernel keeps state between calls (a random generator): in a function each op has
+# its own kernel, while eager calls of the same op and attrs share one cached kernel. Run as one
+# eager op per program node, a seeded tf.random.uniform inside a function would continue the
+# user's eager sequence instead of starting its own, as stock's does.
+KERNEL_STATE_OPS = frozenset("""RandomUniform RandomUniformInt RandomStandardNormal
+TruncatedNormal ParameterizedTruncatedNormal RandomShuffle Multinomial RandomGamma RandomPoisson
+RandomPoissonV2 RandomCrop""".split())
+_isolated = {}
+_isolated_lock = threading.Lock()
+ISOLATED_FUNCTIONS = set()   # names of those functions (TensorFlow runs them, not our hook)
+
+
+def execute_isolated(key, op_type, inputs, flat_attrs):
+    """Run one op through a TensorFlow function of its own (built once per `key`: a program
+    node), so its kernel and kernel state belong to that node, as in stock's function."""
+    f = _isolated.get(key)
+    if f is None:
+        with _isolated_lock:
+            f = _isolated.get(key)
+            if f is None:
+                f = _isolated[key] = _single_op_function(op_type, inputs, flat_attrs)
+    return list(f(*inputs))
+
+
+def _single_op_function(op_type, inputs, flat_attrs):
+    import tensorflow as tf
+    od = op_def(op_type)
+    inferred = set()
+    for a in od.input_arg:
+        inferred.update(x for x in (a.type_attr, a.number_attr, a.type_list_attr) if x)
+    kwargs = {}
+    for name, value in zip(flat_attrs[::2], flat_attrs[1::2]):
+        if name in inferred:
+            continue
+        kind = next((a.type for a in od.attr if a.name == name), None)
+        kwargs[name] = tf.dtypes.as_dtype(value) if kind == "type" else value
+    raw = getattr(tf.raw_ops, op_type)
+    names = [a.name for a in od.input_arg]
+    sig = [tf.TensorSpec(t.shape, t.dtype) for t in inputs]
+
+    @tf.function(input_signature=sig, autograph=False)
+    def one_op(*ins):
+        out = raw(**dict(zip(names, ins)), **kwargs)
+        return out if isinstance(out, (list, tuple)) else [out]
+
+    cf = one_op.get_concrete_function()
+    ISOLATED_FUNCTIONS.add(cf.function_def.signature.name)   # functions.on_call leaves them to TF
+    return cf
+
+
+def forget_isolated(key=None):
+    with _isolated_lock:
+        if key is None:
+            _isolated.clear()
+        else:
+            _isolated.pop(key, None)
+
+
 _readers = {}
 _readers_lock = threading.Lock()
 
