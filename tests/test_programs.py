@@ -636,3 +636,39 @@ def test_seeded_random_ops_in_a_function_have_their_own_state(tf):
     for g, r in zip(got, ref):
         np.testing.assert_array_equal(g, r)
     assert fb >= 4
+
+
+def test_loop_invariant_reads_once_per_loop_run_and_never_past_a_write(tf):
+    """A While body reading a variable the loop does not write reads it once per loop run (on
+    its first iteration; a loop that runs zero times reads nothing); a loop that writes a
+    variable reads every iteration. Both give stock's results."""
+    w = tf.Variable(np.arange(4, dtype=np.float32).reshape(2, 2))
+    c = tf.Variable(0.0)
+
+    @tf.function
+    def invariant(x, n):
+        return tf.while_loop(lambda i, h: i < n, lambda i, h: (i + 1, tf.tanh(h @ w)), (0, x))[1]
+
+    @tf.function
+    def writes(n):
+        def body(i, acc):
+            c.assign_add(1.0)
+            return i + 1, acc + c.read_value()
+        return tf.while_loop(lambda i, a: i < n, body, (0, 0.0))[1]
+
+    x = tf.constant(np.ones((3, 2), np.float32))
+    ref = [invariant(x, 5).numpy(), invariant(x, 0).numpy()]
+    c.assign(0.0)
+    ref_w = writes(4).numpy()
+    functions.clear_cache()
+    with tf_backend.enabled():
+        got = [invariant(x, 5).numpy(), invariant(x, 0).numpy()]
+        c.assign(0.0)
+        got_w = writes(4).numpy()
+        progs = {k: v.program for k, v in functions._cache.items() if v.program is not None}
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=1e-6)
+    assert got_w == ref_w == 10.0
+    notes = {name[0]: " ".join(p.notes) for name, p in progs.items()}
+    assert any("loop_reads: 1" in n for k, n in notes.items() if "invariant" in k), notes
+    assert not any("loop_reads" in n for k, n in notes.items() if "writes" in k), notes

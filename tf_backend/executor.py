@@ -408,12 +408,23 @@ def execute(node, vals):
             return run_kernel(node.kdef, node.shape_fn, arrays, node.attrs, node.out_specs)
         except Unsupported as u:
             return declined(node, [vals[s] for s in node.inputs], u)
-    if kind == "stock":
+    if kind == "stock" and not node.attrs:
         return run_stock(node, vals)
     if kind == "list":
         return node.fn([v if type(v) is HostList else as_numpy(v)
                         for v in (vals[s] for s in node.inputs)], node.attrs)
-    if kind == "reads":
+    if kind == "reads" or (kind == "stock" and node.attrs):
+        frames = _frames.stack
+        if frames and node.attrs.get("loop_invariant"):   # passes/loop_reads.py
+            frame = frames[-1]
+            got = frame.get(id(node))
+            if got is None:
+                got = frame[id(node)] = (run_stock(node, vals) if kind == "stock" else
+                                         tfa.read_variables([vals[s] for s in node.inputs],
+                                                            node.raw_attrs))
+            return got
+        if kind == "stock":
+            return run_stock(node, vals)
         return tfa.read_variables([vals[s] for s in node.inputs], node.raw_attrs)
     if kind == "memo":
         return node.fn(vals)
@@ -431,8 +442,13 @@ def execute(node, vals):
     if kind == "while":
         cond, body = node.subs
         loop = [vals[s] for s in node.inputs]
-        while truthy(run(cond, loop, serial=True)[0]):
-            loop = run(body, loop, serial=True)
+        frames = _frames.stack
+        frames.append({})   # this loop run's invariant reads (passes/loop_reads.py)
+        try:
+            while truthy(run(cond, loop, serial=True)[0]):
+                loop = run(body, loop, serial=True)
+        finally:
+            frames.pop()
         return loop
     raise NotImplementedError(kind)
 
@@ -441,6 +457,14 @@ def execute(node, vals):
 # Views of TensorFlow memory are read-only (as_numpy), and in-place reuse only writes buffers
 # that are writable numpy arrays of ours, so a view never gets written through.
 VIEW_OPS = {"Reshape", "Squeeze", "ExpandDims"}
+
+
+class _Frames(threading.local):
+    def __init__(self):
+        self.stack = []
+
+
+_frames = _Frames()
 
 
 def _view(node, arrays):

@@ -5,21 +5,29 @@ TF_BACKEND_DISABLE_PASSES=fuse_elementwise,const_fold turns passes off (for A/B 
 import os
 
 from . import (batch_reads, canonicalize, const_fold, dce, epilogue, fuse_elementwise,
-               fuse_reduce, identity, inplace, memo, schedule, shapes, tensor_lists)
+               fuse_reduce, identity, inplace, loop_reads, memo, schedule, shapes,
+               tensor_lists)
 
 PIPELINE = (tensor_lists, identity, canonicalize, shapes, const_fold, dce, batch_reads, fuse_elementwise,
             fuse_reduce, epilogue, memo, inplace, schedule)
+# after the sub-programs are optimised (their reads batched, their aliases gone)
+POST_SUBS = (loop_reads,)
 
 
 SHADOW_OFF = {"tensor_lists", "canonicalize", "fuse_elementwise", "fuse_reduce", "epilogue", "inplace",
               "batch_reads", "memo"}
 
 
-def enabled_passes():
+def _disabled():
     off = {p.strip() for p in os.environ.get("TF_BACKEND_DISABLE_PASSES", "").split(",") if p.strip()}
     from ... import dispatch
     if dispatch.mode == "shadow":   # each op stays a node TensorFlow can run for comparison
         off |= SHADOW_OFF
+    return off
+
+
+def enabled_passes():
+    off = _disabled()
     return [p for p in PIPELINE if p.__name__.rsplit(".", 1)[-1] not in off]
 
 
@@ -30,4 +38,7 @@ def optimize(prog):
     for n in prog.nodes:
         for sub in n.subs:
             optimize(sub)
+    for p in POST_SUBS:
+        if p.__name__.rsplit(".", 1)[-1] not in _disabled():
+            p.run(prog)
     return prog
