@@ -124,6 +124,9 @@ def snapshot():
                      for k, v in sorted(_functions.items()) if v.get("_touched", True)}
     from . import shadow
     extra = {"shadow": shadow.report()} if shadow.report()["checked"] else {}
+    with _lock:
+        if _autotune:
+            extra["autotune"] = {op: dict(a) for op, a in sorted(_autotune.items())}
     from kernels.cpu import filter_cache   # weight forms kept between calls, and not kept
     wc = filter_cache.stats()
     if wc["events"]:
@@ -148,6 +151,19 @@ def format_table(stats):
         from . import shadow
         lines.append(shadow.format_report(stats["shadow"]))
     return "\n".join(lines)
+
+
+_autotune = {}   # op -> {"stock": n, "ours": n, "last": description}
+
+
+def autotuned(op, got):
+    """A kernel choice (tf_backend/autotune.py) for one node of `op`."""
+    from . import autotune
+    with _lock:
+        a = _autotune.setdefault(op, {"stock": 0, "ours": 0, "last": ""})
+        a[got["choice"]] += 1
+        a["last"] = (f"{autotune.describe(got)} (ours {got['ours_ms']:.3g} ms, TensorFlow's "
+                     f"{got['stock_ms']:.3g} ms)")
 
 
 report_owner = None   # who writes TF_BACKEND_REPORT instead of the at-exit hook ("pytest")
