@@ -108,14 +108,8 @@ workload("transformer-b1", "Transformer encoder block, batch 1, seq 128, d_model
     _zoo_model("transformer", (1, 128, 256)))
 
 
-@workload("train-step", "MLP 784-512-512-10 training step (tape + SGD), batch 64", inner=2)
-def _train_step(tf, keras, np, rng):
-    from .. import zoo
-    model = zoo.build("mlp", keras)
-    opt = keras.optimizers.SGD(1e-3)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    y = tf.constant(rng.integers(0, 10, 64).astype(np.int32))
-
+def _training_step(tf, model, opt, loss_fn):
+    """One custom training step (tape, gradients, optimizer): it updates variables every call."""
     def step(x, y):
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
@@ -124,6 +118,15 @@ def _train_step(tf, keras, np, rng):
         return loss
 
     step.stateful = True
+    return step
+
+
+@workload("train-step", "MLP 784-512-512-10 training step (tape + SGD), batch 64", inner=2)
+def _train_step(tf, keras, np, rng):
+    from .. import zoo
+    step = _training_step(tf, zoo.build("mlp", keras), keras.optimizers.SGD(1e-3),
+                          keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    y = tf.constant(rng.integers(0, 10, 64).astype(np.int32))
     return step, [_t(tf, np, rng, 64, 784), y]
 
 
@@ -146,20 +149,10 @@ def _rnn_predict(tf, keras, np, rng):
 @workload("rnn-train-step", "the same classifier's training step (tape + Adam), batch 64",
           inner=1)
 def _rnn_train_step(tf, keras, np, rng):
-    model = _text_classifier(keras)
-    opt = keras.optimizers.Adam(1e-3)
-    loss_fn = keras.losses.BinaryCrossentropy(from_logits=True)
+    step = _training_step(tf, _text_classifier(keras), keras.optimizers.Adam(1e-3),
+                          keras.losses.BinaryCrossentropy(from_logits=True))
     x = tf.constant(rng.integers(0, 2000, (64, 40)).astype(np.int32))
     y = tf.constant(rng.integers(0, 2, (64, 1)).astype(np.float32))
-
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    step.stateful = True
     return step, [x, y]
 
 
