@@ -89,17 +89,18 @@ def pack(inputs, attrs):
         raise Unsupported("attr:N=0")
     dt = inputs[0].dtype
     shape = None
-    for v in inputs:
+    for k, v in enumerate(inputs):
         s = v.shape
         if s is None:
             continue
         if shape is None:
-            shape = list(s)
+            shape, first = list(s), k
             continue
         if len(s) != len(shape) or any(
                 a is not None and b is not None and a != b for a, b in zip(shape, s)):
             raise InvalidArgumentError(
-                f"Pack: shapes of all inputs must match: {fmt_shape(shape)} != {fmt_shape(s)}")
+                f"Shapes of all inputs must match: values[{first}].shape = {fmt_shape(shape)} "
+                f"!= values[{k}].shape = {fmt_shape(s)}")
         shape = [_merge(a, b) for a, b in zip(shape, s)]
     if shape is None:
         return [Spec(None, dt)]
@@ -119,7 +120,7 @@ def unpack(inputs, attrs):
     axis = _axis(attrs.get("axis", 0), len(xs), "Unpack")
     if xs[axis] is not None and xs[axis] != num:
         raise InvalidArgumentError(
-            f"Unpack: input shape axis {axis} must equal {num}, got shape {fmt_shape(xs)}")
+            f"Input shape axis {axis} must equal {num}, got shape {fmt_shape(xs)}")
     return [Spec(xs[:axis] + xs[axis + 1:], x.dtype) for _ in range(num)]
 
 
@@ -135,8 +136,8 @@ def split(inputs, attrs):
     d = xs[axis]
     if d is not None and d % n:
         raise InvalidArgumentError(
-            f"Split: number of ways to split ({n}) should evenly divide the split dimension "
-            f"of {fmt_shape(xs)} along {axis}")
+            f"Number of ways to split should evenly divide the split dimension, but got "
+            f"split_dim {axis} (size = {d}) and num_split {n} (input {fmt_shape(xs)})")
     part = xs[:axis] + (None if d is None else d // n,) + xs[axis + 1:]
     return [Spec(part, x.dtype)] * n
 

@@ -27,7 +27,7 @@ def slice_bounds(xs, begin, size):
             s = d - b
         if not 0 <= s <= d - b:
             raise InvalidArgumentError(
-                f"Slice: expected size[{i}] in [0, {d - b}], but got {s} (input {fmt_shape(xs)})")
+                f"Expected size[{i}] in [0, {d - b}], but got {s} (input {fmt_shape(xs)})")
         out.append((b, s))
     return out
 
@@ -67,7 +67,7 @@ def pad_amounts(xs, paddings, op):
     for i, (lo, hi) in enumerate(paddings):
         if lo < 0 or hi < 0:
             raise InvalidArgumentError(
-                f"{op}: paddings must be non-negative: {lo} {hi} (dim {i} of {fmt_shape(xs)})")
+                f"Paddings must be non-negative: {lo} {hi} (dim {i} of {fmt_shape(xs)})")
         out.append((lo, hi))
     return out
 
@@ -86,7 +86,7 @@ def pad(inputs, attrs):
     if op == "PadV2":
         cs = inputs[2].shape
         if cs is not None and cs != ():
-            raise InvalidArgumentError(f"PadV2: constant_values must be a scalar, got {fmt_shape(cs)}")
+            raise InvalidArgumentError(f"constant_values must be a scalar. Found: {fmt_shape(cs)}")
     pv = p.value
     if pv is None or xs is None:
         r = len(xs) if xs is not None else (ps[0] if ps else None)
@@ -103,7 +103,8 @@ def tile(inputs, attrs):
         raise InvalidArgumentError(f"Tile: expected multiples to be 1-D, got shape {fmt_shape(ms)}")
     if xs is not None and ms is not None and ms[0] not in (len(xs), None):
         raise InvalidArgumentError(
-            f"Tile: expected multiples of length {len(xs)} for input {fmt_shape(xs)}, got {ms[0]}")
+            f"Expected multiples argument to be a vector of length {len(xs)} but got length {ms[0]} "
+            f"(input {fmt_shape(xs)})")
     mv = m.value
     if mv is None or xs is None:
         r = len(xs) if xs is not None else (ms[0] if ms else None)
@@ -170,7 +171,7 @@ def unsorted_segment_sum(inputs, attrs):
     num = None if n.value is None else int(n.value)
     if num is not None and num < 0:
         raise InvalidArgumentError(
-            f"UnsortedSegmentSum: input num_segments == {num} must not be negative")
+            f"Input num_segments == {num} must not be negative.")
     if ds is None or ss is None:
         return [Spec(None, d.dtype)]
     k = len(ss)

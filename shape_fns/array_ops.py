@@ -168,7 +168,7 @@ def squeeze(inputs, attrs):
             a += r
         if xs[a] is not None and xs[a] != 1:
             raise InvalidArgumentError(
-                f"Squeeze: can not squeeze dim[{a}], expected a dimension of 1, got {xs[a]} "
+                f"Can not squeeze dim[{a}], expected a dimension of 1, got {xs[a]} "
                 f"(input {fmt_shape(xs)})")
         drop.add(a)
     return [Spec(tuple(d for i, d in enumerate(xs) if i not in drop), x.dtype)]
@@ -198,8 +198,10 @@ def check_perm(perm, r, op):
         if not 0 <= p < r:
             raise InvalidArgumentError(f"{op}: {p} is out of range [0 .. {r}) in perm {perm}")
         seen[p] = True
-    if not all(seen):
-        raise InvalidArgumentError(f"{op}: {perm} is not a permutation")
+    if not all(seen):   # stock's words: the first index missing, the perm as given
+        missing = seen.index(False)
+        raise InvalidArgumentError(
+            f"{missing} is missing from {{{','.join(str(p) for p in perm)}}}.")
     return out
 
 

@@ -9,6 +9,7 @@ def broadcast_shapes(a, b, op="op"):
     """TensorFlow's binary broadcasting of two shapes (None = unknown dim or rank)."""
     if a is None or b is None:
         return None
+    a0, b0 = a, b   # as given, for the message (stock's words)
     n = max(len(a), len(b))
     a = (1,) * (n - len(a)) + tuple(a)
     b = (1,) * (n - len(b)) + tuple(b)
@@ -27,7 +28,7 @@ def broadcast_shapes(a, b, op="op"):
             out.append(y)
         else:
             raise InvalidArgumentError(
-                f"Incompatible shapes: {fmt_shape(a)} vs. {fmt_shape(b)}")
+                f"Incompatible shapes: {fmt_shape(a0)} vs. {fmt_shape(b0)}")
     return tuple(out)
 
 

@@ -179,7 +179,7 @@ def one_hot(inputs, attrs):
         return [Spec(None, on.dtype)]
     if axis != -1 and not 0 <= axis <= len(ids):
         raise InvalidArgumentError(
-            f"OneHot: expected axis to be -1 or between [0, {len(ids) + 1}). But received: {axis}")
+            f"Expected axis to be -1 or between [0, {len(ids) + 1}).  But received: {axis}")
     a = len(ids) if axis == -1 else axis
     return [Spec(ids[:a] + (depth,) + ids[a:], on.dtype)]
 

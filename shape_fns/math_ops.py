@@ -70,16 +70,23 @@ def merge_shapes(shapes, what):
         if len(s) != len(out) or any(a is not None and b is not None and a != b
                                      for a, b in zip(out, s)):
             raise InvalidArgumentError(
-                f"{what} must have the same size and shape. "
+                f"{what} must have the same size and shape.  "
                 f"Input 0: {fmt_shape(shapes[0])} != input {i}: {fmt_shape(s)}")
         out = tuple(a if a is not None else b for a, b in zip(out, s))
     return out
 
 
-@shape_fn(*GRAD_SAME_SHAPE, value_free=True)
-def grad_same_shape(inputs, attrs):
-    dt = same_dtype(inputs, "activation gradient")
-    return [Spec(merge_shapes([s.shape for s in inputs], "Inputs"), dt)]
+def _grad_same_shape(op):
+    what = f"Inputs to operation {op} of type {op}"   # stock's words
+
+    def grad_same_shape(inputs, attrs):
+        dt = same_dtype(inputs, "activation gradient")
+        return [Spec(merge_shapes([s.shape for s in inputs], what), dt)]
+    return grad_same_shape
+
+
+for _op in GRAD_SAME_SHAPE:
+    shape_fn(_op, value_free=True)(_grad_same_shape(_op))
 
 
 @shape_fn(*GRAD_Y_DY, value_free=True)

@@ -73,7 +73,7 @@ def top_k(inputs, attrs):
         raise InvalidArgumentError(f"TopKV2: k must be scalar, got shape {fmt_shape(k.shape)}")
     kv = None if k.value is None else int(k.value)
     if kv is not None and kv < 0:
-        raise InvalidArgumentError(f"TopKV2: need k >= 0, got {kv}")
+        raise InvalidArgumentError(f"Need k >= 0, got {kv}")
     if xs is None:
         return [Spec(None, x.dtype), Spec(None, idt)]
     if len(xs) < 1:

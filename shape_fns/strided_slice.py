@@ -98,7 +98,7 @@ def plan(xs, begin, end, strides, bm, em, elm, nam, sam):
                 x = b + d if b < 0 else b
                 if x < 0 or x >= d:
                     raise InvalidArgumentError(
-                        f"StridedSlice: slice index {b} of dimension {i} out of bounds "
+                        f"slice index {b} of dimension {i} out of bounds. "
                         f"(input {fmt_shape(xs)})")
                 b, e = x, x + 1
             else:

@@ -87,7 +87,7 @@ def invert_permutation(inputs, outputs, attrs):
         if not 0 <= p < n:
             raise InvalidArgumentError(f"InvertPermutation: {p} is not between 0 and {n}")
         if seen[p]:
-            raise InvalidArgumentError(f"InvertPermutation: {p} is duplicated in the input")
+            raise InvalidArgumentError(f"{p} is duplicated in the input.")
         seen[p] = True
     out[x] = np.arange(n, dtype=out.dtype)
 

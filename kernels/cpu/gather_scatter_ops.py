@@ -25,9 +25,10 @@ def _prod(dims):
     return n
 
 
-def _linear(ix, dims, what, ignore):
+def _linear(ix, dims, what, ignore, full, gather=False):
     """Row-major offsets of the index tuples `ix` [m, n] into `dims`, and the bad-row mask
-    (None when all are in range). Raises InvalidArgument for a bad row unless `ignore`."""
+    (None when all are in range). Raises InvalidArgument for a bad row unless `ignore`, in
+    stock's words (naming the `full` shape)."""
     m, n = ix.shape
     if n == 0:
         return np.zeros(m, np.intp), None
@@ -39,7 +40,8 @@ def _linear(ix, dims, what, ignore):
         r = int(np.argmax(bad))
         raise InvalidArgumentError(
             f"{what}[{r}] = [{', '.join(str(v) for v in ix[r].tolist())}] does not index into "
-            f"shape {fmt_shape(dims)}")
+            f"{'param ' if gather else ''}shape {fmt_shape(full)}"
+            f"{', node name: GatherNd' if gather else ''}")
     if n == 1:
         lin = ix[:, 0].astype(np.intp)
     else:
@@ -60,7 +62,7 @@ def gather_nd(inputs, outputs, attrs):
     if m == 0:
         return
     ignore = attrs.get("bad_indices_policy", "") == "IGNORE"
-    lin, bad = _linear(idx.reshape(m, n), p.shape[:n], "indices", ignore)
+    lin, bad = _linear(idx.reshape(m, n), p.shape[:n], "indices", ignore, p.shape, True)
     if out.size == 0:
         return
     rows = out.reshape(m, -1)
@@ -81,7 +83,7 @@ def scatter_nd(inputs, outputs, attrs):
     if m == 0:
         return
     ignore = attrs.get("bad_indices_policy", "") == "IGNORE"
-    lin, bad = _linear(ix, out.shape[:n], "indices", ignore)
+    lin, bad = _linear(ix, out.shape[:n], "indices", ignore, out.shape)
     u = upd.reshape(m, -1)
     if bad is not None:
         lin, u = lin[~bad], u[~bad]
@@ -103,7 +105,7 @@ def _tensor_scatter(inputs, outputs, attrs, ufunc):
     n = idx.shape[-1] if idx.ndim > 1 else 1
     ix = idx.reshape(-1, n)
     ignore = attrs.get("bad_indices_policy", "") == "IGNORE"
-    lin, bad = _linear(ix, out.shape[:n], "indices", ignore)
+    lin, bad = _linear(ix, out.shape[:n], "indices", ignore, out.shape)
     u = upd.reshape(ix.shape[0], -1)
     if bad is not None:
         lin, u = lin[~bad], u[~bad]
