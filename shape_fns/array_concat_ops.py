@@ -161,7 +161,8 @@ def split_v(inputs, attrs):
     if n == 1:
         if d is not None and sizes[0] != d:
             raise InvalidArgumentError(
-                f"SplitV: with one output its size must equal the input's: {d} vs {sizes[0]}")
+                f"If there is only one output, it must have the same size as the input. Input "
+                f"size: {d} output size: {sizes[0]}")
         sizes = [d]
     else:
         neg = [i for i, s in enumerate(sizes) if s == -1]

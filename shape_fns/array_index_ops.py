@@ -22,7 +22,7 @@ def slice_bounds(xs, begin, size):
             continue
         if not 0 <= b <= d:
             raise InvalidArgumentError(
-                f"Slice: expected begin[{i}] in [0, {d}], but got {b} (input {fmt_shape(xs)})")
+                f"Expected begin[{i}] in [0, {d}], but got {b} (input {fmt_shape(xs)})")
         if s == -1:
             s = d - b
         if not 0 <= s <= d - b:
@@ -81,8 +81,8 @@ def pad(inputs, attrs):
         raise InvalidArgumentError(f"{op}: paddings must be a matrix with 2 columns: {fmt_shape(ps)}")
     if xs is not None and ps is not None and ps[0] not in (len(xs), None):
         raise InvalidArgumentError(
-            f"{op}: the first dimension of paddings {fmt_shape(ps)} must be the rank of the "
-            f"input {fmt_shape(xs)}")
+            f"The first dimension of paddings must be the rank of inputs{fmt_shape(ps)} "
+            f"{fmt_shape(xs)}")
     if op == "PadV2":
         cs = inputs[2].shape
         if cs is not None and cs != ():
@@ -112,7 +112,7 @@ def tile(inputs, attrs):
     mults = mv.tolist()
     for i, k in enumerate(mults):
         if k < 0:
-            raise InvalidArgumentError(f"Tile: expected multiples[{i}] >= 0, but got {k}")
+            raise InvalidArgumentError(f"Expected multiples[{i}] >= 0, but got {k}")
     return [Spec([None if d is None else d * k for d, k in zip(xs, mults)], x.dtype)]
 
 

@@ -163,7 +163,8 @@ def squeeze(inputs, attrs):
     for a in axes:
         if not -r <= a < r:
             raise InvalidArgumentError(
-                f"Squeeze: tried to squeeze dim index {a} for tensor {fmt_shape(xs)}")
+                f"Tried to squeeze dim index {a} for tensor with {r} dimensions. "
+                f"(input {fmt_shape(xs)})")
         if a < 0:
             a += r
         if xs[a] is not None and xs[a] != 1:
@@ -191,7 +192,8 @@ def check_perm(perm, r, op):
     """Normalised permutation (negative entries count from the end, as TensorFlow allows)."""
     if len(perm) != r:
         raise InvalidArgumentError(
-            f"{op}: expects a permutation of size {r}, got {len(perm)} entries {perm}")
+            f"{op.lower()} expects a vector of size {r}. But input(1) is a vector of size "
+            f"{len(perm)}")
     out = [p + r if p < 0 else p for p in perm]
     seen = [False] * r
     for p in out:
@@ -210,7 +212,7 @@ def invert_permutation(inputs, attrs):
     x = inputs[0]
     if x.shape is not None and len(x.shape) != 1:
         raise InvalidArgumentError(
-            f"InvertPermutation: expects a 1-D vector, got shape {fmt_shape(x.shape)}")
+            f"invert_permutation expects a 1D vector. (got shape {fmt_shape(x.shape)})")
     return [Spec(x.shape or (None,), x.dtype)]
 
 

@@ -52,7 +52,7 @@ def gather_nd(inputs, attrs):
     lead = ids[:-1]
     if None not in ps and None not in lead and _prod(lead) > 0 and _prod(ps) == 0:
         raise InvalidArgumentError(
-            f"GatherNd: requested more than 0 entries, but params is empty. Params shape: "
+            f"Requested more than 0 entries, but params is empty.  Params shape: "
             f"{fmt_shape(ps)}")
     return [Spec(lead + ps[n:], p.dtype)]
 
@@ -81,7 +81,9 @@ def scatter_nd_check(ishape, ushape, oshape):
     outer = len(ishape) - 1
     for k in range(outer):
         if ishape[k] != ushape[k]:
-            bad(f"dimensions [0,{outer}) of indices must match those of updates")
+            raise InvalidArgumentError(
+                f"Dimensions [0,{outer}) of indices[shape={fmt_shape(ishape)}] must match "
+                f"dimensions [0,{outer}) of updates[shape={fmt_shape(ushape)}]")
     ix = ishape[outer]
     if len(ushape) - outer != len(oshape) - ix:
         bad(f"dimensions [{ix},{len(oshape)}) of shape must match dimensions "
@@ -142,7 +144,9 @@ def tensor_scatter_check(ishape, ushape, tshape):
         bad("indices and updates specified for empty output shape")
     outer = len(ishape) - 1
     if any(ishape[k] != ushape[k] for k in range(outer)):
-        bad("outer dimensions of indices and update must match")
+        raise InvalidArgumentError(
+            f"Outer dimensions of indices and update must match. Indices shape: "
+            f"{fmt_shape(ishape)}, updates shape:{fmt_shape(ushape)}")
     ix = ishape[outer]
     if (len(ushape) - outer != len(tshape) - ix
             or any(ushape[k + outer] != tshape[ix + k] for k in range(len(ushape) - outer))):

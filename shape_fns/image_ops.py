@@ -32,7 +32,7 @@ def _size(spec, op):
 
 def _rank4(shape, what, op):
     if shape is not None and len(shape) != 4:
-        raise InvalidArgumentError(f"{op}: {what} must be 4-dimensional, got {fmt_shape(shape)}")
+        raise InvalidArgumentError(f"{what} must be 4-dimensional{fmt_shape(shape)}")
     return (None,) * 4 if shape is None else shape
 
 

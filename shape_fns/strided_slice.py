@@ -34,7 +34,7 @@ def plan(xs, begin, end, strides, bm, em, elm, nam, sam):
     """
     n = len(strides)
     if elm & (elm - 1):
-        raise InvalidArgumentError("StridedSlice: multiple ellipses in slice spec not allowed")
+        raise InvalidArgumentError("Multiple ellipses in slice spec not allowed")
     seen, add_after = False, 0
     for i in range(n):
         if seen and (nam >> i) & 1:
