@@ -16,8 +16,8 @@ def _concat_shape(shapes, axis, op):
                 out[i] = d
             elif d is not None and d != out[i]:
                 raise InvalidArgumentError(
-                    f"{op}: dimension {i} in both shapes must be equal: "
-                    f"{fmt_shape(shapes[0])} vs {fmt_shape(s)}")
+                    f"ConcatOp : Dimension {i} in both shapes must be equal: shape[0] = "
+                    f"{fmt_shape(shapes[0])} vs. shape[{shapes.index(s)}] = {fmt_shape(s)}")
     return tuple(out)
 
 

@@ -139,7 +139,8 @@ def expand_dims(inputs, attrs):
     axis = int(v.item())
     if not -r - 1 <= axis <= r:
         raise InvalidArgumentError(
-            f"ExpandDims: tried to expand dim index {axis} for tensor {fmt_shape(xs)}")
+            f"Tried to expand dim index {axis} for tensor with {len(xs)} dimensions. "
+            f"(input {fmt_shape(xs)})")
     if axis < 0:
         axis += r + 1
     return [Spec(xs[:axis] + (1,) + xs[axis:], x.dtype)]
@@ -232,7 +233,7 @@ def fill(inputs, attrs):
     dims = dims.reshape(-1).tolist()
     for x in dims:
         if x < 0:
-            raise InvalidArgumentError(f"Fill: dimension {x} must be >= 0 in dims {dims}")
+            raise InvalidArgumentError(f"Dimension {x} must be >= 0 (dims {dims})")
     return [Spec(dims, v.dtype)]
 
 
@@ -278,8 +279,7 @@ def broadcast_to(inputs, attrs):
         for a, b in zip(xs[::-1], dims[::-1]):
             if a is not None and a != b and a != 1:
                 raise InvalidArgumentError(
-                    f"BroadcastTo: unable to broadcast tensor of shape {fmt_shape(xs)} to "
-                    f"tensor of shape {fmt_shape(dims)}")
+                    f"Incompatible shapes: {fmt_shape(xs)} vs. {fmt_shape(dims)}")
     return [Spec(dims, x.dtype)]
 
 
@@ -306,7 +306,7 @@ def broadcast_gradient_args(inputs, attrs):
     for i, s in enumerate(inputs):
         if s.shape is not None and len(s.shape) != 1:
             raise InvalidArgumentError(
-                f"BroadcastGradientArgs: In[{i}] must be a vector, got {fmt_shape(s.shape)}")
+                f"In[{i}] must be a vector.{fmt_shape(s.shape)}")
     dt = s0.dtype
     if s0.value is None or s1.value is None:
         return [Spec((None,), dt), Spec((None,), dt)]

@@ -199,5 +199,5 @@ def conv2d_backprop_filter(inputs, attrs):
     if v is None:
         return [Spec((None,) * 4, x.dtype)]
     if len(v) != 4:
-        raise InvalidArgumentError(f"{op}: filter must be 4-dimensional: {v}")
+        raise InvalidArgumentError(f"filter must be 4-dimensional: {fmt_shape(v)}")
     return [Spec(tuple(v), x.dtype)]

@@ -130,7 +130,8 @@ def geometry(in_hw, k_hw, attrs, fmt, eg, op):
 
 def _rank4(spec, what, op):
     if spec.shape is not None and len(spec.shape) != 4:
-        raise InvalidArgumentError(f"{op}: {what} must be 4-dimensional{fmt_shape(spec.shape)}")
+        sep = ": " if what == "filter" else ""   # stock's words differ per input
+        raise InvalidArgumentError(f"{what} must be 4-dimensional{sep}{fmt_shape(spec.shape)}")
 
 
 def _empty(shape):
@@ -228,7 +229,7 @@ def depthwise_backprop_filter(inputs, attrs):
     if v is None:
         return [Spec((None,) * 4, dtype)]
     if len(v) != 4:
-        raise InvalidArgumentError(f"{op}: filter must be 4-dimensional: {v}")
+        raise InvalidArgumentError(f"filter must be 4-dimensional: {fmt_shape(v)}")
     xs = to_nhwc(x.shape, fmt)
     check_depth(xs[3] if xs else None, v[2], eg, op)
     g = geometry((None, None) if xs is None else xs[1:3], v[:2], attrs, fmt, eg, op)

@@ -20,7 +20,7 @@ def parse(equation, n):
     """(input terms, output term); a term is a tuple of labels, "..." standing for the
     broadcast dimensions."""
     if equation.count("->") != 1:
-        raise InvalidArgumentError(f"Einsum: expecting exactly one '->' in einsum equation: {equation}")
+        raise InvalidArgumentError(f"Expecting exactly one '->' in einsum equation: {equation}")
     lhs, rhs = equation.split("->")
     terms = lhs.split(",")
     if len(terms) not in (1, 2) or len(terms) != n:

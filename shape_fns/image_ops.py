@@ -23,7 +23,7 @@ def _size(spec, op):
         if len(ss) != 1:
             raise InvalidArgumentError(f"{op}: shape_t must be 1-dimensional, got {fmt_shape(ss)}")
         if ss[0] not in (2, None):
-            raise InvalidArgumentError(f"{op}: shape_t must have two elements, got {fmt_shape(ss)}")
+            raise InvalidArgumentError(f"shape_t must have two elements{fmt_shape(ss)}")
     if spec.value is None:
         return None, None
     h, w = (int(v) for v in spec.value.reshape(-1))

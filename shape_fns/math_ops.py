@@ -110,7 +110,7 @@ def cast(inputs, attrs):
 @shape_fn("AddN", value_free=True)
 def add_n(inputs, attrs):
     dt = same_dtype(inputs, "AddN")
-    return [Spec(merge_shapes([s.shape for s in inputs], "Inputs to AddN"), dt)]
+    return [Spec(merge_shapes([s.shape for s in inputs], "Inputs to operation AddN of type AddN"), dt)]
 
 
 @shape_fn("SelectV2", value_free=True)

@@ -19,7 +19,7 @@ def _first(v):
 def range_size(start, limit, delta):
     """Number of elements of Range(start, limit, delta): values are numpy scalars of one dtype."""
     if delta == 0:
-        raise InvalidArgumentError(f"Range: requires delta != 0: {delta}")
+        raise InvalidArgumentError(f"Requires delta != 0: {delta:g}")
     if delta > 0:
         if not start <= limit:
             raise InvalidArgumentError(
@@ -60,7 +60,8 @@ def scan_axis(axis, rank):
     """The normalised scan axis; InvalidArgument outside [-rank, rank) (so always for scalars)."""
     if not -rank <= axis < rank:
         raise InvalidArgumentError(
-            f"ScanOp: Expected scan axis in the range [{-rank}, {rank}), but got {axis}")
+            f"ScanOp: Expected scan axis in the range [{-rank}, {rank}), but got "
+            f"{axis + rank if axis < 0 else axis}")   # stock prints a negative axis + rank
     return axis + rank if axis < 0 else axis
 
 
