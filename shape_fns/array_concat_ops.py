@@ -51,8 +51,8 @@ def concat_v2(inputs, attrs):
     for s in shapes:
         if len(s) != r:
             raise InvalidArgumentError(
-                f"ConcatV2: ranks of all input tensors should match: {fmt_shape(shapes[0])} "
-                f"vs {fmt_shape(s)}")
+                f"ConcatOp : Ranks of all input tensors should match: shape[0] = "
+                f"{fmt_shape(shapes[0])} vs. shape[{shapes.index(s)}] = {fmt_shape(s)}")
     if r == 0:
         raise InvalidArgumentError("ConcatV2: can't concatenate scalars (use tf.stack instead)")
     if axis is None:

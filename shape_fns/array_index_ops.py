@@ -40,8 +40,8 @@ def slice_(inputs, attrs):
     for sh in (bs, ss):
         if sh is not None and (len(sh) != 1 or (r is not None and sh[0] not in (r, None))):
             raise InvalidArgumentError(
-                f"Slice: expected begin and size to be 1-D tensors of size {r}, got shapes "
-                f"{fmt_shape(bs)} and {fmt_shape(ss)} (input {fmt_shape(xs)})")
+                f"Expected begin and size arguments to be 1-D tensors of size {r}, but got "
+                f"shapes {fmt_shape(bs)} and {fmt_shape(ss)} instead. (input {fmt_shape(xs)})")
     bv, sv = b.value, s.value
     if bv is not None and sv is not None and xs is not None and None not in xs:
         return [Spec([n for _, n in slice_bounds(xs, bv.tolist(), sv.tolist())], x.dtype)]
@@ -100,7 +100,7 @@ def tile(inputs, attrs):
     x, m = inputs
     xs, ms = x.shape, m.shape
     if ms is not None and len(ms) != 1:
-        raise InvalidArgumentError(f"Tile: expected multiples to be 1-D, got shape {fmt_shape(ms)}")
+        raise InvalidArgumentError(f"Expected multiples to be 1-D, but got shape {fmt_shape(ms)}")
     if xs is not None and ms is not None and ms[0] not in (len(xs), None):
         raise InvalidArgumentError(
             f"Expected multiples argument to be a vector of length {len(xs)} but got length {ms[0]} "

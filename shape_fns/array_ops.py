@@ -204,7 +204,7 @@ def check_perm(perm, r, op):
     if not all(seen):   # stock's words: the first index missing, the perm as given
         missing = seen.index(False)
         raise InvalidArgumentError(
-            f"{missing} is missing from {{{','.join(str(p) for p in perm)}}}.")
+            f"{missing} is missing from {{{','.join(str(p) for p in out)}}}.")
     return out
 
 
@@ -225,7 +225,7 @@ def fill(inputs, attrs):
     if d.shape is not None and len(d.shape) > 1:
         raise InvalidArgumentError(f"Fill: dims must be a vector, got shape {fmt_shape(d.shape)}")
     if v.shape not in ((), (1,), (None,), None):  # TensorFlow also takes a 1-element vector
-        raise InvalidArgumentError(f"Fill: value must be a scalar, got shape {fmt_shape(v.shape)}")
+        raise InvalidArgumentError(f"value must represent a scalar, got shape {fmt_shape(v.shape)}")
     dims = d.value
     if dims is None:
         n = d.shape[0] if d.shape and len(d.shape) == 1 else None
@@ -274,8 +274,8 @@ def broadcast_to(inputs, attrs):
     if xs is not None:
         if len(xs) > len(dims):
             raise InvalidArgumentError(
-                f"BroadcastTo: rank of input {fmt_shape(xs)} must be no greater than rank of "
-                f"output {fmt_shape(dims)}")
+                f"Rank of input ({len(xs)}) must be no greater than rank of output shape "
+                f"({len(dims)}). (input {fmt_shape(xs)}, output {fmt_shape(dims)})")
         for a, b in zip(xs[::-1], dims[::-1]):
             if a is not None and a != b and a != 1:
                 raise InvalidArgumentError(

@@ -61,13 +61,13 @@ def scatter_nd_check(ishape, ushape, oshape):
     """TensorFlow's ScatterNd checks on fully known shapes; returns the index depth."""
     def bad(msg):
         raise InvalidArgumentError(
-            f"ScatterNd: {msg} (indices {fmt_shape(ishape)}, updates {fmt_shape(ushape)}, "
+            f"{msg} (ScatterNd: indices {fmt_shape(ishape)}, updates {fmt_shape(ushape)}, "
             f"shape {fmt_shape(oshape)})")
 
     if len(ishape) < 1:
-        bad("indices shape must have rank at least one")
+        bad(f"Indices shape must have rank at least one. Found:{fmt_shape(ishape)}")
     if len(ushape) < 1:
-        bad("updates shape must have rank at least one")
+        bad(f"Updates shape must have rank at least one. Found:{fmt_shape(ushape)}")
     for d in oshape:
         if d < 0:
             bad(f"dimension {d} must be >= 0")
@@ -134,7 +134,7 @@ def tensor_scatter_check(ishape, ushape, tshape):
     """TensorFlow's TensorScatter* checks (its kernel's, then ScatterNd's); returns the depth."""
     def bad(msg):
         raise InvalidArgumentError(
-            f"TensorScatter: {msg} (tensor {fmt_shape(tshape)}, indices {fmt_shape(ishape)}, "
+            f"{msg} (TensorScatter: tensor {fmt_shape(tshape)}, indices {fmt_shape(ishape)}, "
             f"updates {fmt_shape(ushape)})")
 
     if len(ishape) < 1 or len(ushape) < 1:
@@ -150,7 +150,8 @@ def tensor_scatter_check(ishape, ushape, tshape):
     ix = ishape[outer]
     if (len(ushape) - outer != len(tshape) - ix
             or any(ushape[k + outer] != tshape[ix + k] for k in range(len(ushape) - outer))):
-        bad("inner dimensions of output shape must match inner dimensions of updates shape")
+        bad(f"Inner dimensions of output shape must match inner dimensions of updates shape. "
+            f"Output: {fmt_shape(tshape)} updates: {fmt_shape(ushape)}")
     return scatter_nd_check(ishape, ushape, tshape)
 
 

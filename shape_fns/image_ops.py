@@ -21,7 +21,7 @@ def _size(spec, op):
     ss = spec.shape
     if ss is not None:
         if len(ss) != 1:
-            raise InvalidArgumentError(f"{op}: shape_t must be 1-dimensional, got {fmt_shape(ss)}")
+            raise InvalidArgumentError(f"shape_t must be 1-dimensional{fmt_shape(ss)}")
         if ss[0] not in (2, None):
             raise InvalidArgumentError(f"shape_t must have two elements{fmt_shape(ss)}")
     if spec.value is None:
@@ -100,9 +100,11 @@ def mirror_pad_amounts(shape, paddings, mode, grad):
                 f"was not less than {d}")
         n = d - lo - hi if grad else d
         if (reflect and (lo >= n or hi >= n)) or (not reflect and (lo > n or hi > n)):
+            where = "output dimension size" if grad else "dimension size"
             raise InvalidArgumentError(
-                f"{op}: paddings {lo}, {hi} too large for {mode} mode and dimension size {n} "
-                f"(input {fmt_shape(shape)})")
+                f"paddings must be less than{' or equal to' if not reflect else ''} the "
+                f"{where}: {lo}, {hi} not less than{' or equal to' if not reflect else ''} {n} "
+                f"({op} {mode}, input {fmt_shape(shape)})")
         out.append((lo, hi))
     return out
 

@@ -23,9 +23,9 @@ def range_size(start, limit, delta):
     if delta > 0:
         if not start <= limit:
             raise InvalidArgumentError(
-                f"Range: requires start <= limit when delta > 0: {start}/{limit}")
+                f"Requires start <= limit when delta > 0: {start:g}/{limit:g}")
     elif not start >= limit:
-        raise InvalidArgumentError(f"Range: requires start >= limit when delta < 0: {start}/{limit}")
+        raise InvalidArgumentError(f"Requires start >= limit when delta < 0: {start:g}/{limit:g}")
     if np.dtype(type(delta)).kind in "iu":
         s, lim, d = int(start), int(limit), abs(int(delta))
         return (abs(lim - s) + d - 1) // d

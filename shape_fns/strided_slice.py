@@ -145,8 +145,9 @@ def plan_for(xs, b, e, s, attrs):
         for sh in shapes:
             if sh is not None and (len(sh) != 1 or (n is not None and sh[0] not in (n, None))):
                 raise InvalidArgumentError(
-                    f"StridedSlice: expected begin, end, and strides to be 1-D equal size "
-                    f"tensors, got shapes {', '.join(fmt_shape(x) for x in shapes)}")
+                    f"Expected begin, end, and strides to be 1D equal size tensors, but got "
+                    f"shapes {fmt_shape(shapes[0])}, {fmt_shape(shapes[1])}, and "
+                    f"{fmt_shape(shapes[2])} instead.")
         if n is not None and n >= 32:
             raise InvalidArgumentError(f"StridedSlice: at most 31 slice entries, got {n}")
     strides = _spec_tuple(s)

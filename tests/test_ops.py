@@ -46,11 +46,12 @@ BitwiseOr BitwiseXor BroadcastGradientArgs Cumprod Cumsum Div DivNoNan EluGrad E
 FloorDiv FloorMod FusedBatchNormGradV3 FusedBatchNormV2 FusedBatchNormV3 GatherNd Greater
 GreaterEqual InvGrad InvertPermutation LeakyReluGrad LeftShift Less LessEqual LogSoftmax
 LogicalAnd LogicalOr Max MaxPoolGrad Maximum Mean Min Minimum Mul MulNoNan NotEqual OneHot Pack
-Pad PadV2 Pow Prod RealDiv ReciprocalGrad Relu6Grad ReluGrad Reshape ResizeBilinearGrad
-ReverseV2 RightShift RsqrtGrad SelectV2 SeluGrad SigmoidGrad Softmax
-SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad SparseSoftmaxCrossEntropyWithLogits
-SqrtGrad SquaredDifference Squeeze StridedSliceGrad Sub Sum TanhGrad TopKV2 TruncateDiv
-TruncateMod Unpack UnsortedSegmentSum Where Xdivy Xlog1py Xlogy""".split())
+Pad PadV2 Pow Prod RealDiv ReciprocalGrad Relu6Grad ReluGrad Reshape ResizeBilinear
+ResizeBilinearGrad ResizeNearestNeighbor ResizeNearestNeighborGrad ReverseV2 RightShift
+RsqrtGrad SelectV2 SeluGrad SigmoidGrad Softmax SoftmaxCrossEntropyWithLogits SoftplusGrad
+SoftsignGrad SparseSoftmaxCrossEntropyWithLogits SqrtGrad SquaredDifference Squeeze
+StridedSliceGrad Sub Sum TanhGrad Tile TopKV2 Transpose TruncateDiv TruncateMod Unpack
+UnsortedSegmentSum Where Xdivy Xlog1py Xlogy""".split())
 
 
 @pytest.mark.parametrize("case,dtype", list(_error_params()))
