@@ -638,6 +638,23 @@ def test_seeded_random_ops_in_a_function_have_their_own_state(tf):
     assert fb >= 4
 
 
+def test_random_state_is_one_per_function_across_shape_specialisations(tf):
+    """Stock runs one concrete function for every input shape of a [None] signature, so a
+    random op's state continues from call to call whatever the shape; our per-shape programs
+    share that op's kernel (keyed by function and op name), not one each."""
+    def run():
+        tf.random.set_seed(1)
+        f = tf.function(lambda x: tf.random.shuffle(x, seed=3),
+                        input_signature=[tf.TensorSpec([None], tf.int32)])
+        return [f(tf.range(n)).numpy().tolist() for n in (4, 6, 4, 6)]
+
+    ref = run()
+    functions.clear_cache()
+    with tf_backend.enabled():
+        got = run()
+    assert got == ref
+
+
 def test_loop_invariant_reads_once_per_loop_run_and_never_past_a_write(tf):
     """A While body reading a variable the loop does not write reads it once per loop run (on
     its first iteration; a loop that runs zero times reads nothing); a loop that writes a

@@ -602,7 +602,7 @@ def run_stock(node, vals):
 def _stock(node, values):
     ins = [as_tensor(v) for v in values]
     if node.op in tfa.KERNEL_STATE_OPS:   # its own kernel (and generator state), as in stock
-        return tfa.execute_isolated(node, node.op, ins, node.raw_attrs)
+        return tfa.execute_isolated(node.state_key or node, node.op, ins, node.raw_attrs)
     return tfa.execute_stock(node.op, ins, node.raw_attrs, len(node.outputs))
 
 

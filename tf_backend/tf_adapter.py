@@ -564,7 +564,7 @@ def _single_op_function(op_type, inputs, flat_attrs):
         kwargs[name] = tf.dtypes.as_dtype(value) if kind == "type" else value
     raw = getattr(tf.raw_ops, op_type)
     names = [a.name for a in od.input_arg]
-    sig = [tf.TensorSpec(t.shape, t.dtype) for t in inputs]
+    sig = [tf.TensorSpec([None] * t.shape.rank, t.dtype) for t in inputs]   # any dims
 
     @tf.function(input_signature=sig, autograph=False)
     def one_op(*ins):

@@ -20,7 +20,7 @@ class Node:
     # ctrl: Node objects this node must run after (control edges)
     __slots__ = ("id", "name", "op", "kind", "inputs", "outputs", "ctrl", "attrs", "raw_attrs",
                  "kdef", "shape_fn", "value_free", "subs", "where", "reason", "out_specs",
-                 "heavy", "fused_ops", "fn", "stateful", "inplace", "spec")
+                 "heavy", "fused_ops", "fn", "stateful", "inplace", "spec", "state_key")
 
     def __init__(self, name, op, kind, inputs, outputs, ctrl=(), attrs=None, raw_attrs=(),
                  where=""):
@@ -41,6 +41,8 @@ class Node:
         self.stateful = False
         self.inplace = None   # index of an input whose buffer receives the output
         self.spec = None      # fused elementwise nodes: (dtype, inputs, steps) of the chain
+        self.state_key = None  # stock nodes whose kernel keeps state: (function, op name), the
+        #                        same in every specialisation of the function (one kernel, as stock)
 
 
 class Program:

@@ -193,6 +193,8 @@ def _make_node(prog, graph, op, ins, outs, ctrl, where, depth):
     layout = _data_format(node.raw_attrs)
     info = dispatch.info_for(t)
     node.stateful = bool(op.op_def.is_stateful)
+    if t in tfa.KERNEL_STATE_OPS:
+        node.state_key = (graph.name, op.name)
     if info is None:
         node.reason = "not_an_op"
         return _stock_checked(node, layout)
