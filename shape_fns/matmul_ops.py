@@ -5,16 +5,18 @@ from .registry import shape_fn
 from .spec import Spec, fmt_shape
 
 
-def _inner_check(a, b, ka, kb):
+def _inner_check(a, b, ka, kb, adj=""):
+    """`adj`: BatchMatMul's message ends with its adj_x and adj_y flags (stock's words)."""
     if ka is not None and kb is not None and ka != kb:
         raise InvalidArgumentError(
-            f"Matrix size-incompatible: In[0]: {fmt_shape(a.shape)}, In[1]: {fmt_shape(b.shape)}")
+            f"Matrix size-incompatible: In[0]: {fmt_shape(a.shape)}, In[1]: "
+            f"{fmt_shape(b.shape)}{adj}")
 
 
 def _rank_check(specs, lo, exact=False):
     for i, s in enumerate(specs):
         if s.shape is not None and (len(s.shape) < lo or (exact and len(s.shape) != lo)):
-            need = f"== {lo}" if exact else f">= {lo}"
+            need = f"== {lo}" if exact and len(s.shape) > lo else f">= {lo}"   # stock's words
             raise InvalidArgumentError(
                 f"In[{i}] ndims must be {need}: {len(s.shape)} (shape {fmt_shape(s.shape)})")
 
@@ -59,7 +61,8 @@ def _batch_matmul(inputs, attrs, dtype, broadcast):
                     f"In[0].dim({i}) and In[1].dim({i}) must be the same: "
                     f"{fmt_shape(x.shape)} vs {fmt_shape(y.shape)}")
             batch.append(p if p is not None else q)
-    _inner_check(x, y, kx, ky)
+    adj = f" {int(bool(attrs.get('adj_x')))} {int(bool(attrs.get('adj_y')))}"
+    _inner_check(x, y, kx, ky, adj)
     return [Spec(tuple(batch) + (m, n), dtype)]
 
 

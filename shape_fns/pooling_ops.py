@@ -56,6 +56,9 @@ def _input4(spec, op, what="Input"):
     if len(spec.shape) != 4:
         if len(spec.shape) == 5:
             raise Unsupported("rank5_pooling")
+        if what == "Input":   # stock's words: its pools also take 5-D (those run on TensorFlow)
+            raise InvalidArgumentError(
+                f"Input must be 4 or 5-dimensional: {fmt_shape(spec.shape)} ({op})")
         raise InvalidArgumentError(f"{op}: {what} must be 4-dimensional: {fmt_shape(spec.shape)}")
     return spec.shape
 
