@@ -6,6 +6,7 @@ attrs as numpy dtypes. It never writes its inputs. It may raise `shape_fns.Unsup
 (before writing) to send the op back to TensorFlow, or a `shape_fns.errors` class for bad input.
 """
 import importlib
+import os
 
 import numpy as np
 
@@ -23,6 +24,13 @@ DEVICE_MODULES = {"cpu": (
     "half_ops",   # last: wraps float32 kernels registered by the modules above
 )}
 _loaded = set()
+
+
+def cache_dir():
+    """Where generated kernels (and autotune's choices) are kept: TF_BACKEND_CACHE_DIR, else
+    ~/.cache/tf_backend. Not created here."""
+    return os.environ.get("TF_BACKEND_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "tf_backend")
 
 
 class KernelDef:

@@ -9,16 +9,31 @@ import os
 
 
 @functools.lru_cache(maxsize=1)
-def cpu_flags():
-    """The CPU's feature flags as Linux names them (avx512f, avx512_fp16, amx_bf16, ...)."""
+def _cpuinfo():
+    """(model name, flags) of the first CPU in /proc/cpuinfo; ("", frozenset()) elsewhere."""
+    model = ""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.partition(":")[2].split())
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name":
+                    model = value.strip()
+                elif key == "flags":
+                    return model, frozenset(value.split())
     except OSError:
         pass
-    return frozenset()
+    return model, frozenset()
+
+
+def cpu_flags():
+    """The CPU's feature flags as Linux names them (avx512f, avx512_fp16, amx_bf16, ...)."""
+    return _cpuinfo()[1]
+
+
+def cpu_model():
+    """The CPU's model name (`lscpu`'s), "" where /proc/cpuinfo has none."""
+    return _cpuinfo()[0]
 
 
 def onednn_enabled():

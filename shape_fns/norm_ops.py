@@ -45,6 +45,16 @@ def _channels(x, axis):
     return None if x.shape is None else x.shape[axis]
 
 
+def reserve_space_3_shape(dtype):
+    """FusedBatchNormV3's reserve_space_3 as the kernel stock picks for `dtype` makes it."""
+    return (0,) if onednn_runs(dtype) else ()   # Eigen's is a scalar
+
+
+def with_u(attrs):
+    """V3's attrs from V2's or V1's: V1 has no U (its statistics share T)."""
+    return attrs if "U" in attrs else dict(attrs, U=attrs.get("T"))
+
+
 def _vector(spec, c):
     return Spec(spec.shape if spec.shape is not None else (c,), spec.dtype)
 
@@ -68,7 +78,7 @@ def fused_batch_norm(inputs, attrs):
         _same_channels(var, c, f"{prefix}, variance")
     u = scale.dtype
     vec = _vector(scale, c)
-    r3 = (0,) if onednn_runs(x.dtype) else ()   # Eigen's reserve_space_3 is a scalar
+    r3 = reserve_space_3_shape(x.dtype)
     return [Spec(x.shape, x.dtype), vec, vec, vec, vec, Spec(r3, u)]
 
 
@@ -98,17 +108,12 @@ def fused_batch_norm_grad(inputs, attrs):
 
 # FusedBatchNormV2 (T, U) and FusedBatchNorm (T only, float32): V3 without reserve_space_3;
 # FusedBatchNormGradV2/FusedBatchNormGrad: V3's gradient without the reserve_space_3 input.
-def _u(attrs):
-    return attrs if "U" in attrs else dict(attrs, U=attrs.get("T"))
-
-
 @shape_fn("FusedBatchNormV2", "FusedBatchNorm", value_free=True)
 def fused_batch_norm_v2(inputs, attrs):
-    return fused_batch_norm(inputs, _u(attrs))[:5]
+    return fused_batch_norm(inputs, with_u(attrs))[:5]
 
 
 @shape_fn("FusedBatchNormGradV2", "FusedBatchNormGrad", value_free=True)
 def fused_batch_norm_grad_v2(inputs, attrs):
-    x = inputs[1]
-    r3 = Spec((0,) if onednn_runs(x.dtype) else (), inputs[2].dtype)
-    return fused_batch_norm_grad(list(inputs) + [r3], _u(attrs))
+    r3 = Spec(reserve_space_3_shape(inputs[1].dtype), inputs[2].dtype)
+    return fused_batch_norm_grad(list(inputs) + [r3], with_u(attrs))

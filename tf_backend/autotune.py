@@ -43,23 +43,13 @@ def mode():
 
 
 def _cpu_model():
-    from shape_fns.host import cpu_flags
-    model = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.partition(":")[2].strip()
-                    break
-    except OSError:
-        pass
-    return f"{model} [{len(cpu_flags())} flags]"
+    from shape_fns.host import cpu_flags, cpu_model
+    return f"{cpu_model() or 'unknown'} [{len(cpu_flags())} flags]"
 
 
 def _path():
-    d = os.environ.get("TF_BACKEND_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "tf_backend")
-    return os.path.join(d, "autotune.json")
+    import kernels
+    return os.path.join(kernels.cache_dir(), "autotune.json")
 
 
 def _load():

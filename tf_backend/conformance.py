@@ -19,6 +19,8 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 
+from .pytest_plugin import add_test_ledger
+
 
 def run_suite(pytest_args, mode, workdir, timeout=None, max_procs=64):
     """One side (`off` or the backend mode) in its own session, so that it can be killed whole:
@@ -167,12 +169,7 @@ def compare(off, on, known=None, incomplete=()):
         props = on.get(tid, {}).get("props", {})
         if int(props.get("tf_backend_backend_calls", 0) or 0) > 0:
             res["ran_kernels"] += 1
-        for op, n in json.loads(props.get("tf_backend_ops") or "{}").items():
-            res["backend_ops"][op] = res["backend_ops"].get(op, 0) + n
-        for op, reasons in json.loads(props.get("tf_backend_fallbacks") or "{}").items():
-            agg = res["fallback_ops"].setdefault(op, {})
-            for reason, n in reasons.items():
-                agg[reason] = agg.get(reason, 0) + n
+        add_test_ledger(props, res["backend_ops"], res["fallback_ops"])
         if (a == "missing" and "off" in incomplete) or (b == "missing" and "on" in incomplete):
             res["not_run"].append(tid)
         elif a == "passed" and b != "passed":

@@ -24,20 +24,10 @@ def _version(mod):
 
 def cpu_info():
     """(model name, {flag: present}) from /proc/cpuinfo (x86-64 Linux), else platform's."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                k, _, v = line.partition(":")
-                k = k.strip()
-                if k == "model name":
-                    model = v.strip()
-                elif k == "flags":
-                    flags = set(v.split())
-                    break
-    except OSError:
-        pass
-    return model, {f: f in flags for f in CPU_FLAGS}
+    from shape_fns.host import cpu_flags, cpu_model
+    flags = cpu_flags()
+    return (cpu_model() or platform.processor() or platform.machine(),
+            {f: f in flags for f in CPU_FLAGS})
 
 
 def onednn_isa(timeout=120):
@@ -72,8 +62,7 @@ def _dir_size(path):
 
 def _caches():
     import kernels
-    kernel_dir = os.environ.get("TF_BACKEND_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "tf_backend")   # as kernels/cpu/elementwise.py
+    kernel_dir = kernels.cache_dir()
     numba_dir = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
         os.path.dirname(kernels.__file__), "cpu", "__pycache__")
     out = []

@@ -199,7 +199,7 @@ DRIVERS = True     # serial runs through generated drivers (program/driver.py); 
 
 def _driver(prog):
     from .program import driver
-    prog.driver = d = driver.build(prog, step, declined, as_numpy, alloc.empty, VIEW_OPS,
+    prog.driver = d = driver.build(prog, step, declined, as_numpy, alloc.empty, _view, VIEW_OPS,
                                    alloc.SMALL_BYTES, alloc.POOL_MIN)
     return d
 
@@ -500,24 +500,18 @@ def execute(node, vals):
             return run_kernel(node.kdef, node.shape_fn, arrays, node.attrs, node.out_specs)
         except Unsupported as u:
             return declined(node, [vals[s] for s in node.inputs], u)
-    if kind == "stock" and not node.attrs:
-        return run_stock(node, vals)
-    if kind == "list":
-        return node.fn([v if type(v) is HostList else as_numpy(v)
-                        for v in (vals[s] for s in node.inputs)], node.attrs)
-    if kind == "reads" or (kind == "stock" and node.attrs):
+    if kind == "stock" or kind == "reads":
         frames = _frames.stack
         if frames and node.attrs.get("loop_invariant"):   # passes/loop_reads.py
             frame = frames[-1]
             got = frame.get(id(node))
             if got is None:
-                got = frame[id(node)] = (run_stock(node, vals) if kind == "stock" else
-                                         tfa.read_variables([vals[s] for s in node.inputs],
-                                                            node.raw_attrs))
+                got = frame[id(node)] = _tensorflow_node(node, vals)
             return got
-        if kind == "stock":
-            return run_stock(node, vals)
-        return tfa.read_variables([vals[s] for s in node.inputs], node.raw_attrs)
+        return _tensorflow_node(node, vals)
+    if kind == "list":
+        return node.fn([v if type(v) is HostList else as_numpy(v)
+                        for v in (vals[s] for s in node.inputs)], node.attrs)
     if kind == "memo":
         return node.fn(vals)
     if kind == "alias":
@@ -549,6 +543,12 @@ def execute(node, vals):
 # Views of TensorFlow memory are read-only (as_numpy), and in-place reuse only writes buffers
 # that are writable numpy arrays of ours, so a view never gets written through.
 VIEW_OPS = {"Reshape", "Squeeze", "ExpandDims"}
+
+
+def _tensorflow_node(node, vals):
+    if node.kind == "stock":
+        return run_stock(node, vals)
+    return tfa.read_variables([vals[s] for s in node.inputs], node.raw_attrs)
 
 
 class _Frames(threading.local):

@@ -20,7 +20,7 @@ import os
 import pytest
 
 _state = {"mode": "off", "ran": 0, "hollow": 0, "tests": 0, "results": None, "seen": {},
-          "ops": {}}   # op -> {"backend": n, "reasons": {reason: n}}: the whole run, summed
+          "backend_ops": {}, "fallback_ops": {}}   # the whole run, summed (add_test_ledger)
 
 
 def pytest_addoption(parser):
@@ -121,34 +121,31 @@ def pytest_runtest_logreport(report):
         if _state["results"] is not None:
             _emit({"test": junit_id(report.nodeid), **seen})
         if "tf_backend_backend_calls" in seen["props"]:
-            _sum_ledger(seen["props"])
+            add_test_ledger(seen["props"], _state["backend_ops"], _state["fallback_ops"])
             _state["tests"] += 1
             if seen["outcome"] == "passed":
                 _state["hollow" if seen["props"].get("tf_backend_hollow") else "ran"] += 1
 
 
-def _sum_ledger(props):
-    try:
-        ops = json.loads(props.get("tf_backend_ops", "{}"))
-        fallbacks = json.loads(props.get("tf_backend_fallbacks", "{}"))
-    except ValueError:
-        return
-    for op, n in ops.items():
-        o = _state["ops"].setdefault(op, {"backend": 0, "reasons": {}})
-        o["backend"] += int(n)
-    for op, reasons in fallbacks.items():
-        o = _state["ops"].setdefault(op, {"backend": 0, "reasons": {}})
-        for r, n in reasons.items():
-            o["reasons"][r] = o["reasons"].get(r, 0) + int(n)
+def add_test_ledger(props, backend_ops, fallback_ops):
+    """Add one test's ledger properties (as this plugin writes them) to the running sums
+    backend_ops {op: calls} and fallback_ops {op: {reason: calls}}."""
+    for op, n in json.loads(props.get("tf_backend_ops") or "{}").items():
+        backend_ops[op] = backend_ops.get(op, 0) + int(n)
+    for op, reasons in json.loads(props.get("tf_backend_fallbacks") or "{}").items():
+        agg = fallback_ops.setdefault(op, {})
+        for reason, n in reasons.items():
+            agg[reason] = agg.get(reason, 0) + int(n)
 
 
 def run_report():
     """The whole run's ledger, in tf_backend.stats()'s form (ops and totals)."""
     ops = {}
-    for op, o in sorted(_state["ops"].items()):
-        fb = sum(o["reasons"].values())
-        ops[op] = {"backend": o["backend"], "fallback": fb, "errors": 0,
-                   "reasons": dict(o["reasons"]), "kernels": {}}
+    for op in sorted(set(_state["backend_ops"]) | set(_state["fallback_ops"])):
+        reasons = _state["fallback_ops"].get(op, {})
+        ops[op] = {"backend": _state["backend_ops"].get(op, 0),
+                   "fallback": sum(reasons.values()), "errors": 0, "reasons": dict(reasons),
+                   "kernels": {}}
     b = sum(o["backend"] for o in ops.values())
     f = sum(o["fallback"] for o in ops.values())
     return {"ops": ops, "functions": {}, "tests": _state["tests"],

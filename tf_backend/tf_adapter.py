@@ -539,8 +539,9 @@ ISOLATED_FUNCTIONS = set()   # names of those functions (TensorFlow runs them, n
 
 
 def execute_isolated(key, op_type, inputs, flat_attrs):
-    """Run one op through a TensorFlow function of its own (built once per `key`: a program
-    node), so its kernel and kernel state belong to that node, as in stock's function."""
+    """Run one op through a TensorFlow function of its own, built once per `key` (the node's
+    state_key: function and op name), so its kernel and kernel state belong to that op of that
+    function in all its specialisations, as in stock's function."""
     f = _isolated.get(key)
     if f is None:
         with _isolated_lock:
@@ -576,12 +577,9 @@ def _single_op_function(op_type, inputs, flat_attrs):
     return cf
 
 
-def forget_isolated(key=None):
+def forget_isolated():
     with _isolated_lock:
-        if key is None:
-            _isolated.clear()
-        else:
-            _isolated.pop(key, None)
+        _isolated.clear()
 
 
 _readers = {}

@@ -21,6 +21,7 @@ import threading
 
 import numpy as np
 
+import kernels
 from kernels import kernel
 from kernels.cpu.half_bits import bits
 from kernels.elementwise_table import TABLE
@@ -175,8 +176,7 @@ def _source():
 
 
 def _cache_dir():
-    d = os.environ.get("TF_BACKEND_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "tf_backend")
+    d = kernels.cache_dir()
     os.makedirs(d, exist_ok=True)
     return d
 

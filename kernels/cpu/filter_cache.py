@@ -25,6 +25,17 @@ import numpy as np
 
 CACHE_BYTES = None   # None: TF_BACKEND_WEIGHT_CACHE_MB (default 256 MiB); tests set a number
 DEFAULT_MB = 256     # ResNet-50 at batch 1 keeps about 100 MiB (README)
+
+
+def _env_budget():
+    v = os.environ.get("TF_BACKEND_WEIGHT_CACHE_MB")
+    try:
+        return int(float(v) * (1 << 20)) if v else DEFAULT_MB << 20
+    except ValueError:
+        return DEFAULT_MB << 20
+
+
+_ENV_BUDGET = _env_budget()   # read once, as the process starts: get() runs per product
 _cache = collections.OrderedDict()   # (kind, address, shape, strides) -> (weight view, derived)
 _lock = threading.Lock()
 _size = [0]
@@ -32,13 +43,7 @@ _stats = collections.Counter()   # hits, kept, evicted, oversized (per kind: "ki
 
 
 def budget():
-    if CACHE_BYTES is not None:
-        return CACHE_BYTES
-    v = os.environ.get("TF_BACKEND_WEIGHT_CACHE_MB")
-    try:
-        return int(float(v) * (1 << 20)) if v else DEFAULT_MB << 20
-    except ValueError:
-        return DEFAULT_MB << 20
+    return _ENV_BUDGET if CACHE_BYTES is None else CACHE_BYTES
 
 
 def fits(nbytes):

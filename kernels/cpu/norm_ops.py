@@ -11,8 +11,7 @@ from numba import njit, prange
 
 from kernels import kernel
 from kernels.cpu import jit
-from shape_fns.host import onednn_runs
-from shape_fns.norm_ops import channel_axis
+from shape_fns.norm_ops import channel_axis, reserve_space_3_shape, with_u
 
 from .conv_ops import nhwc_in, nhwc_out
 
@@ -200,13 +199,13 @@ def fused_batch_norm_grad(inputs, outputs, attrs):
 # gradients: V3's gradient with the reserve_space_3 input it does not read.
 def _v3_kernel(op, attrs):
     from kernels import lookup
-    a = attrs if "U" in attrs else dict(attrs, U=attrs["T"])
+    a = with_u(attrs)
     k, _ = lookup(op, "cpu", a)
     return k.fn, a
 
 
 def _reserve3(x):
-    return np.zeros((0,) if onednn_runs(x.dtype) else (), np.float32)
+    return np.zeros(reserve_space_3_shape(x.dtype), np.float32)
 
 
 @kernel("FusedBatchNormV2", dtypes=FLOATS + ("float16", "bfloat16"), type_attr=("T", "U"))

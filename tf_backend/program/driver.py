@@ -13,12 +13,14 @@ independent nodes still run), so a failure behaves exactly as in the interpreter
 declines its inputs (Unsupported) runs on TensorFlow for this call, as in the interpreter.
 Tracing and shadow mode use the interpreter; the plain path pays nothing for them.
 """
+import functools
+import math
+
 import numpy as np
 
 from shape_fns import Unsupported
 
-_INLINE = ("kernel", "fused", "alias", "noop")
-
+from ..runtime.lists import HostList
 
 def _arr(name):
     return f"({name} if type({name}) is ND else AS({name}))"
@@ -35,7 +37,7 @@ def _internal(prog):
     return out
 
 
-def source(prog, view_ops, small_bytes=0, plain_below=0):
+def source(prog, view, view_ops, small_bytes=0, plain_below=0):
     """(python source of `drive(vals, failed)`, constants it binds by name). Outputs under
     `small_bytes`, and those under `plain_below` that only our nodes read, are plain np.empty
     (aligned allocation is for buffers TensorFlow takes without a copy)."""
@@ -45,7 +47,7 @@ def source(prog, view_ops, small_bytes=0, plain_below=0):
     internal = _internal(prog)
 
     def plain(slot, spec):
-        nbytes = spec.dtype.itemsize * _size(spec.shape)
+        nbytes = spec.dtype.itemsize * math.prod(spec.shape)
         return nbytes < small_bytes or (slot in internal and nbytes < plain_below)
 
     def bind(value, prefix, i):
@@ -66,7 +68,8 @@ def source(prog, view_ops, small_bytes=0, plain_below=0):
             body += [f"vals[{o}] = vals[{s}]" for o, s in zip(outs, n.inputs)]
         elif kind == "kernel" and n.op in view_ops:
             arrays = "[" + ", ".join(_arr(v) for v in ins) + "]"
-            body += reads + [f"vals[{outs[0]}] = {bind(n, 'VIEW', i)}({arrays})[0]"]
+            view_n = bind(functools.partial(view, n), "VIEW", i)
+            body += reads + [f"vals[{outs[0]}] = {view_n}({arrays})[0]"]
         elif kind in ("kernel", "fused") and n.out_specs is not None and all(
                 s.fully_defined for s in n.out_specs):
             fn = bind(n.fn if kind == "fused" else n.kdef.fn, "F", i)
@@ -120,31 +123,15 @@ def source(prog, view_ops, small_bytes=0, plain_below=0):
     return "\n".join(lines) + "\n", env
 
 
-def _size(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def build(prog, step, declined, as_numpy, empty, view_ops, small_bytes=0, plain_below=0):
+def build(prog, step, declined, as_numpy, empty, view, view_ops, small_bytes=0, plain_below=0):
     """The compiled driver of a finalized program: drive(vals, failed) -> None when every node
     ran, or (index, exception): node `index` raised `exception` (None: the interpreter already
-    recorded a failure before node `index`)."""
-    src, env = source(prog, view_ops, small_bytes, plain_below)
-    from ..runtime.lists import HostList
+    recorded a failure before node `index`). `view(node, arrays)` runs a view op."""
+    src, env = source(prog, view, view_ops, small_bytes, plain_below)
     env.update(ND=np.ndarray, HL=HostList, AS=as_numpy, EMPTY=empty, NPEMPTY=np.empty, STEP=step,
                DECLINED=declined, UNSUPPORTED=Unsupported)
-    for name, n in list(env.items()):
-        if name.startswith("VIEW"):
-            env[name] = _viewer(n)
     code = compile(src, f"<driver {prog.name}>", "exec")
     exec(code, env)
     drive = env["drive"]
     drive.source = src
     return drive
-
-
-def _viewer(node):
-    from ..executor import _view
-    return lambda arrays: _view(node, arrays)

@@ -8,14 +8,14 @@ from . import (batch_reads, canonicalize, const_fold, dce, epilogue, fuse_elemen
                fuse_reduce, identity, inplace, loop_reads, memo, schedule, shapes,
                tensor_lists)
 
-PIPELINE = (tensor_lists, identity, canonicalize, shapes, const_fold, dce, batch_reads, fuse_elementwise,
-            fuse_reduce, epilogue, memo, inplace, schedule)
+PIPELINE = (tensor_lists, identity, canonicalize, shapes, const_fold, dce, batch_reads,
+            fuse_elementwise, fuse_reduce, epilogue, memo, inplace, schedule)
 # after the sub-programs are optimised (their reads batched, their aliases gone)
 POST_SUBS = (loop_reads,)
 
 
-SHADOW_OFF = {"tensor_lists", "canonicalize", "fuse_elementwise", "fuse_reduce", "epilogue", "inplace",
-              "batch_reads", "memo"}
+SHADOW_OFF = {"tensor_lists", "canonicalize", "fuse_elementwise", "fuse_reduce", "epilogue",
+              "inplace", "batch_reads", "memo"}
 
 
 def _disabled():

@@ -5,7 +5,7 @@ run of the loop (on its first iteration) and hands the same tensors to later ite
 Keras' LSTM and GRU bodies read their kernels every step: 80 TensorFlow calls per forward of a
 two-layer model over 40 steps. Reading on the first iteration, not before the loop, keeps a loop
 that runs zero times from reading at all, as in stock. The executor keeps the per-run values
-in a frame pushed by each While node (executor.loop_frame).
+in a frame each While node pushes (executor._frames).
 """
 
 STATEFUL_OK = {"ReadVariableOp"}   # stateful ops a loop may hold and still not write variables
@@ -13,7 +13,7 @@ STATEFUL_OK = {"ReadVariableOp"}   # stateful ops a loop may hold and still not 
 
 def _writes(prog):
     for n in prog.nodes:
-        if n.kind in ("stock",) and n.stateful and n.op not in STATEFUL_OK:
+        if n.kind == "stock" and n.stateful and n.op not in STATEFUL_OK:
             return True
         if any(_writes(sub) for sub in n.subs):
             return True
