@@ -1,6 +1,7 @@
 """Shape functions: Conv2D and its two backprops, plus the sliding-window geometry pools share."""
 import numpy as np
 
+from .host import onednn_runs
 from .common import int_list
 from .errors import InvalidArgumentError, UnimplementedError, Unsupported
 from .registry import shape_fn
@@ -60,8 +61,9 @@ def output_size(size, k, stride, dilation, padding, before=0, after=0):
     return out, before, after
 
 
-def spatial_attr(attrs, name, data_format, what, default=1):
-    """(h, w) of a 4-element strides/dilations/ksize attr; checks TF's constraints."""
+def spatial_attr(attrs, name, data_format, what, default=1, eigen=False):
+    """(h, w) of a 4-element strides/dilations/ksize attr; checks TF's constraints (`eigen`:
+    as stock's reference kernels do, which refuse batch/depth dilations as unimplemented)."""
     v = attrs.get(name)
     if v is None:
         return default, default
@@ -72,7 +74,8 @@ def spatial_attr(attrs, name, data_format, what, default=1):
     if v[n] != 1 or v[c] != 1:
         msg = (f"Current implementation does not yet support {what} in the batch and depth "
                "dimensions.")
-        raise UnimplementedError(msg) if name == "strides" else InvalidArgumentError(msg)
+        raise (UnimplementedError(msg) if name == "strides" or eigen
+               else InvalidArgumentError(msg))
     if v[h] <= 0 or v[w] <= 0:
         raise InvalidArgumentError(f"{name} must be > 0, but got {v}")
     return v[h], v[w]
@@ -93,12 +96,13 @@ def explicit_pads(attrs, data_format):
     return p[2 * h], p[2 * h + 1], p[2 * w], p[2 * w + 1]
 
 
-def window(in_hw, k_hw, attrs, data_format, dilations=True):
+def window(in_hw, k_hw, attrs, data_format, dilations=True, eigen=False):
     """Window geometry for spatial input sizes (h, w) and window sizes (kh, kw)."""
     g = Window()
     g.kh, g.kw = k_hw
     g.sh, g.sw = spatial_attr(attrs, "strides", data_format, "strides")
-    g.dh, g.dw = spatial_attr(attrs, "dilations", data_format, "dilations") if dilations else (1, 1)
+    g.dh, g.dw = (spatial_attr(attrs, "dilations", data_format, "dilations", eigen=eigen)
+                  if dilations else (1, 1))
     pt, pb, pl, pr = explicit_pads(attrs, data_format)
     padding = attrs.get("padding", "VALID")
     if g.kh is None or g.kw is None:
@@ -120,7 +124,7 @@ def conv_geometry(x_nhwc, f_shape, attrs, op="Conv2D", dtype=None):
     fmt = attrs.get("data_format", "NHWC")
     if f_shape is not None:
         if op == "Conv2D" and any(d == 0 for d in f_shape):
-            if f_shape[2] == 0 or dtype != np.float64:   # float64: TF's reference kernel
+            if f_shape[2] == 0 or onednn_runs(dtype):   # else TF's reference kernel (float64)
                 raise InvalidArgumentError(
                     f"{op}: filter must not have zero elements (i.e. all dimensions must be "
                     f"non-zero): {fmt_shape(f_shape)}")
@@ -140,7 +144,8 @@ def conv_geometry(x_nhwc, f_shape, attrs, op="Conv2D", dtype=None):
                 f"{op}: output depth must be evenly divisible by number of groups: "
                 f"{cout} vs {groups}")
     hw = (None, None) if x_nhwc is None else x_nhwc[1:3]
-    return window(hw, (kh, kw), attrs, fmt), cout, groups
+    eigen = dtype is not None and not onednn_runs(dtype)
+    return window(hw, (kh, kw), attrs, fmt, eigen=eigen), cout, groups
 
 
 @shape_fn("Conv2D", value_free=True)

@@ -8,6 +8,7 @@ the op to TensorFlow.
 """
 import numpy as np
 
+from .host import onednn_runs
 from .conv_ops import from_nhwc, nhwc_axes, output_size, sizes_value, to_nhwc
 from .errors import InvalidArgumentError, UnimplementedError, Unsupported
 from .registry import shape_fn
@@ -27,9 +28,11 @@ class Geometry:
 
 
 def eigen(dtype, attrs, op):
-    """True where stock runs TF's Eigen kernels: float64, and backprops with explicit padding
-    (float16 too, which we do not run); float32 runs on oneDNN otherwise."""
-    return np.dtype(dtype) == FLOAT64 or (op != FORWARD and attrs.get("padding") == "EXPLICIT")
+    """True where stock runs TF's Eigen kernels: float64, float32 where oneDNN is off
+    (host.onednn_runs: an AVX2-only CPU), and backprops with explicit padding (float16 too,
+    which we do not run); float32 runs on oneDNN otherwise."""
+    return (not onednn_runs(dtype)
+            or (op != FORWARD and attrs.get("padding") == "EXPLICIT"))
 
 
 def _hw_attr(attrs, name, fmt, eg, op):

@@ -36,9 +36,23 @@ def cpu_model():
     return _cpuinfo()[0]
 
 
+# TensorFlow turns its oneDNN ops on by default only on CPUs with these (util.cc IsMKLEnabled:
+# AVX512_VNNI, AVX512_BF16, AVX_VNNI, AMX); elsewhere (an AVX2-only EPYC, measured: stock's
+# float32 convolution backprops then refuse dilations, as Eigen's do) TF_ENABLE_ONEDNN_OPTS=1
+# turns them on.
+ONEDNN_DEFAULT_FLAGS = frozenset({"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile",
+                                  "amx_int8", "amx_bf16"})
+
+
 def onednn_enabled():
-    """TensorFlow's oneDNN ops are on unless TF_ENABLE_ONEDNN_OPTS is false (x86-64 default)."""
-    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
+    """Whether TensorFlow's oneDNN ops are on: TF_ENABLE_ONEDNN_OPTS when set to a boolean,
+    else on exactly for CPUs with neural-network instructions (ONEDNN_DEFAULT_FLAGS)."""
+    v = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower()
+    if v in ("1", "true"):
+        return True
+    if v in ("0", "false"):
+        return False
+    return bool(cpu_flags() & ONEDNN_DEFAULT_FLAGS)
 
 
 def onednn_runs(dtype):

@@ -28,6 +28,17 @@ def _rank(spec, rank, msg):
         raise InvalidArgumentError(f"{msg}{fmt_shape(spec.shape)}")
 
 
+def _rank_x(spec, dtype):
+    """x must be 4-D for oneDNN's kernel; stock's Eigen kernel (host.onednn_runs) also takes
+    5-D, which we leave to it."""
+    if onednn_runs(dtype):
+        _rank(spec, 4, "input must be 4-dimensional")
+    elif spec.shape is not None and len(spec.shape) == 5:
+        raise Unsupported("5-D batch norm")
+    else:
+        _rank(spec, 4, "input must be 4 or 5-dimensional")
+
+
 def _size(spec):
     if spec.shape is None or any(d is None for d in spec.shape):
         return None
@@ -63,7 +74,7 @@ def _vector(spec, c):
 def fused_batch_norm(inputs, attrs):
     x, scale, offset, mean, var = inputs
     axis = channel_axis(attrs)
-    _rank(x, 4, "input must be 4-dimensional")
+    _rank_x(x, x.dtype)
     for spec, what in ((scale, "scale"), (offset, "offset"), (mean, "estimated_mean"),
                        (var, "estimated_variance")):
         _rank(spec, 1, f"{what} must be 1-dimensional")
@@ -86,8 +97,8 @@ def fused_batch_norm(inputs, attrs):
 def fused_batch_norm_grad(inputs, attrs):
     dy, x, scale, r1, r2, _ = inputs
     axis = channel_axis(attrs)
-    _rank(dy, 4, "input must be 4-dimensional")
-    _rank(x, 4, "input must be 4-dimensional")
+    _rank_x(dy, x.dtype)
+    _rank_x(x, x.dtype)
     _rank(scale, 1, "scale must be 1-dimensional")
     _rank(r1, 1, "saved mean must be 1-dimensional")
     _rank(r2, 1, "saved variance must be 1-dimensional")

@@ -45,7 +45,18 @@ def test_gradient_matches_stock(case, dtype, tf):
         if not idx:
             continue
         tf_backend.disable()
-        ref = _grads(tf, case, args, idx)
+        try:
+            ref = _grads(tf, case, args, idx)
+        except tf.errors.OpError as e:
+            # stock refuses this sample on this CPU (an Eigen kernel where oneDNN is off:
+            # dilated backprops, NCHW): ours refuses it with the same class
+            tf_backend.enable()
+            try:
+                with pytest.raises(type(e)):
+                    _grads(tf, case, args, idx)
+            finally:
+                tf_backend.disable()
+            continue
         tf_backend.enable()
         tf_backend.reset_stats()
         try:

@@ -21,12 +21,14 @@ def cpu(monkeypatch):
     return use
 
 
-@pytest.mark.parametrize("flags, f16, bf16", [(SAPPHIRE_RAPIDS, True, True),
-                                              (EPYC_ZEN4, False, True),
-                                              (AVX2_ONLY, False, False)])
-def test_onednn_choice_by_cpu(cpu, flags, f16, bf16):
+@pytest.mark.parametrize("flags, f32, f16, bf16", [(SAPPHIRE_RAPIDS, True, True, True),
+                                                   (EPYC_ZEN4, True, False, True),
+                                                   (AVX2_ONLY, False, False, False)])
+def test_onednn_choice_by_cpu(cpu, flags, f32, f16, bf16):
+    """TensorFlow's oneDNN ops are on by default only with AVX512_VNNI/BF16, AVX_VNNI or AMX:
+    an AVX2-only CPU runs even float32 on Eigen."""
     cpu(flags)
-    assert host.onednn_runs(np.dtype(np.float32))
+    assert host.onednn_runs(np.dtype(np.float32)) == f32
     assert host.onednn_runs("float16") == f16
     assert host.onednn_runs("bfloat16") == bf16
     assert not host.onednn_runs(np.dtype(np.float64))
@@ -36,6 +38,18 @@ def test_onednn_off_by_env(cpu, monkeypatch):
     cpu(SAPPHIRE_RAPIDS)
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     assert not host.onednn_runs("float32")
+
+
+def test_onednn_on_by_env_without_nn_instructions(cpu, monkeypatch):
+    cpu(AVX2_ONLY)
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
+    assert host.onednn_runs("float32") and not host.onednn_runs("bfloat16")
+
+
+def test_this_cpu_matches_stocks_onednn_switch(tf):
+    """The rule agrees with TensorFlow's own switch on the CPU at hand."""
+    from tensorflow.python.util import _pywrap_util_port
+    assert host.onednn_enabled() == _pywrap_util_port.IsMklEnabled()
 
 
 @pytest.mark.parametrize("flags, r3", [(SAPPHIRE_RAPIDS, (0,)), (EPYC_ZEN4, ())])

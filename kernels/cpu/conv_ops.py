@@ -12,6 +12,7 @@ from numba import njit, prange
 from kernels import kernel
 from kernels.cpu import gemm, jit, winograd
 from kernels.cpu.scratch import scratch
+from shape_fns.host import onednn_runs
 from shape_fns import InvalidArgumentError, UnimplementedError, Unsupported
 from shape_fns.conv_ops import conv_geometry, nhwc_axes, to_nhwc
 
@@ -249,8 +250,10 @@ def _geometry(x_shape, f_shape, attrs, op, dtype):
     g, cout, groups = conv_geometry(xs, f_shape, attrs, op, dtype)
     if groups != 1:
         raise Unsupported("grouped_conv")
-    # stock runs float64, and float32 backprops with explicit padding, on TF's reference kernels
-    if dtype == np.float64 or (op != "Conv2D" and attrs.get("padding") == "EXPLICIT"):
+    # stock runs float64, float32 without oneDNN (host.onednn_runs: an AVX2-only CPU), and
+    # float32 backprops with explicit padding, on TF's reference kernels
+    if (dtype == np.float64 or not onednn_runs(dtype)
+            or (op != "Conv2D" and attrs.get("padding") == "EXPLICIT")):
         if fmt == "NCHW":
             if op == "Conv2D":
                 raise UnimplementedError(
@@ -267,7 +270,7 @@ def _empty(arrays, out):
     """True when there is nothing to compute; float32 empties go back to TF (oneDNN quirks)."""
     if out.size and all(a.size for a in arrays):
         return False
-    if out.dtype != np.float64:
+    if onednn_runs(out.dtype):
         raise Unsupported("empty_conv")   # e.g. stock float32 Conv2D returns its input here
     out[...] = 0
     return True

@@ -117,7 +117,8 @@ def _f32(v):
 @kernel("FusedBatchNormV3", dtypes=FLOATS, type_attr=("T", "U"))
 def fused_batch_norm(inputs, outputs, attrs):
     x, scale, offset, old_mean, old_var = inputs
-    y, batch_mean, batch_var, saved_mean, saved_var, _ = outputs
+    y, batch_mean, batch_var, saved_mean, saved_var, reserve3 = outputs
+    reserve3[...] = 0    # oneDNN's is [0]; Eigen's a scalar zero (host.onednn_runs)
     fmt = attrs.get("data_format", "NHWC") or "NHWC"
     channel_axis(attrs)
     eps = np.float32(attrs.get("epsilon", 1e-4))

@@ -10,6 +10,7 @@ from numba import njit, prange
 
 from kernels import kernel
 from kernels.cpu import jit
+from shape_fns.host import onednn_runs
 from shape_fns import InvalidArgumentError, Unsupported
 from shape_fns.conv_ops import to_nhwc
 from shape_fns.pooling_ops import pool_window
@@ -154,9 +155,9 @@ def _args(g):
 def _window(x_shape, attrs, op, dtype):
     fmt = attrs.get("data_format", "NHWC")
     g = pool_window(to_nhwc(x_shape, fmt), attrs, op)
-    # stock runs float32 pools on oneDNN; float64 pools and every MaxPoolGrad on TF's own
-    # NHWC-only kernels
-    if fmt == "NCHW" and (dtype == np.float64 or op == "MaxPoolGrad"):
+    # stock runs float32 pools on oneDNN (where it is on: host.onednn_runs); float64 pools,
+    # float32 without oneDNN and every MaxPoolGrad on TF's own NHWC-only kernels
+    if fmt == "NCHW" and (not onednn_runs(dtype) or op == "MaxPoolGrad"):
         kind = op[:3] + "Pooling" + ("Grad" if op.endswith("Grad") else "")
         raise InvalidArgumentError(f"Default {kind}Op only supports NHWC on device type CPU")
     return fmt, g
@@ -208,7 +209,7 @@ def avg_pool_grad(inputs, outputs, attrs):
     xs = to_nhwc(dx.shape, fmt)
     if dy.ndim != 4 or tuple(to_nhwc(dy.shape, fmt)) != (xs[0], g.oh, g.ow, xs[3]):
         raise Unsupported("grad_shape_mismatch")   # stock does not check this; leave it to TF
-    if dx.dtype == np.float32 and xs[0] and not xs[3]:
+    if dx.dtype == np.float32 and onednn_runs(dx.dtype) and xs[0] and not xs[3]:
         # stock float32 (oneDNN) refuses an input with no channels
         raise InvalidArgumentError(
             f"AvgPoolGrad: Output only has 0 elements: orig_input_shape {list(dx.shape)}")
