@@ -110,6 +110,10 @@ def checks(probe_onednn=True):
                     f"{numba.threading_layer()}", None))
     except Exception as e:  # noqa: BLE001
         res.append(("numba", f"broken: {type(e).__name__}: {e}", False))
+    from shape_fns.host import onednn_enabled
+    res.append(("stock oneDNN ops", "on" if onednn_enabled() else
+                "off (no AVX512_VNNI/BF16, AVX_VNNI or AMX, or TF_ENABLE_ONEDNN_OPTS=0): "
+                "float32 runs Eigen's kernels", None))
     if probe_onednn and not tf_ver.startswith("not importable"):
         res.append(("stock oneDNN isa", onednn_isa(), None))
     try:
