@@ -10,6 +10,13 @@ from kernels.cpu import gemm
 pytestmark = pytest.mark.skipif(not gemm.available(), reason="numpy's BLAS is not scipy-openblas")
 
 
+@pytest.fixture(autouse=True)
+def _fixed_rule(monkeypatch):
+    """The kernels themselves, as the fixed rule picks them; the measured choice has its own
+    tests below (they turn it back on in a fresh cache directory)."""
+    monkeypatch.setattr(gemm, "CHOOSE", False)
+
+
 def _at_threads(n, fn):
     old = numba.get_num_threads()
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
@@ -290,3 +297,86 @@ def test_numpy_fallback_runs_with_one_blas_thread(monkeypatch):
     gemm.matmul_nd(a, b, out)
     assert seen == [1]
     np.testing.assert_array_equal(out, 64.0)
+
+
+def _fresh_choices(monkeypatch, tmp_path):
+    monkeypatch.setenv("TF_BACKEND_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TF_BACKEND_AUTOTUNE", raising=False)
+    monkeypatch.setattr(gemm, "CHOOSE", True)
+    monkeypatch.setattr(gemm, "_choices", {})
+    monkeypatch.setattr(gemm, "_choice_file", {"table": None})
+
+
+def test_kernel_choice_is_measured_once_recorded_and_reused(monkeypatch, tmp_path):
+    """A product more than one kernel can run (here `_nt` on b's transposed layout, the team's
+    BLAS blocks, np.matmul) is measured on first use into a scratch output, the choice kept
+    for the process and on disk per CPU; a later process loads it instead of measuring, and
+    TF_BACKEND_AUTOTUNE=measure measures again. The output holds the chosen kernel's bits."""
+    import json
+    _fresh_choices(monkeypatch, tmp_path)
+    measured = []
+    real = gemm._measure
+    monkeypatch.setattr(gemm, "_measure",
+                        lambda *args: measured.append(args[-1]) or real(*args))
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((64, 256)).astype(np.float32)
+    bt = rng.standard_normal((96, 256)).astype(np.float32)
+    outs = []
+    for _ in range(3):
+        out = np.full((64, 96), np.nan, np.float32)
+        gemm.matmul(a, bt.T, out)
+        outs.append(out)
+    assert measured == [["nt", "team", "blas"]]
+    np.testing.assert_array_equal(outs[0], outs[2])
+    table = json.loads((tmp_path / "gemm_choice.json").read_text())
+    (host,) = table
+    assert "pool=" in host
+    (name, choice), = table[host].items()
+    assert name == "f|64|256|96|True|False|1" and choice in ("nt", "team", "blas")
+    # the choice's own kernel wrote the user's output
+    ref = np.empty((64, 96), np.float32)
+    {"nt": lambda: gemm._nt_team(a, bt, ref),
+     "team": lambda: gemm._run(gemm._one, gemm._team_jobs(a, bt.T, ref, 64, 256, 96), False),
+     "blas": lambda: gemm.numpy_matmul(a, bt.T, ref)}[choice]()
+    np.testing.assert_array_equal(outs[0], ref)
+    # a new process: the recorded choice (here forced to BLAS) is loaded, not measured
+    table[host][name] = "blas"
+    (tmp_path / "gemm_choice.json").write_text(json.dumps(table))
+    monkeypatch.setattr(gemm, "_choices", {})
+    monkeypatch.setattr(gemm, "_choice_file", {"table": None})
+    ran_nt, real_nt = [], gemm._nt_team
+    monkeypatch.setattr(gemm, "_nt_team", lambda *args: ran_nt.append(1))
+    out = np.empty((64, 96), np.float32)
+    gemm.matmul(a, bt.T, out)
+    assert measured == [["nt", "team", "blas"]] and not ran_nt
+    np.testing.assert_allclose(out, a.astype(np.float64) @ bt.T, rtol=1e-4, atol=1e-3)
+    # TF_BACKEND_AUTOTUNE=measure: measured again
+    monkeypatch.setenv("TF_BACKEND_AUTOTUNE", "measure")
+    monkeypatch.setattr(gemm, "_choices", {})
+    monkeypatch.setattr(gemm, "_choice_file", {"table": None})
+    monkeypatch.setattr(gemm, "_nt_team", real_nt)
+    gemm.matmul(a, bt.T, np.empty((64, 96), np.float32))
+    assert len(measured) == 2
+
+
+def test_kernel_choice_never_writes_inputs_and_keeps_thread_independent_bits(monkeypatch,
+                                                                            tmp_path):
+    """Measuring writes only a scratch output; the chosen kernel gives the same bits at one and
+    two threads, whichever thread count the measurement ran at."""
+    _fresh_choices(monkeypatch, tmp_path)
+    rng = np.random.default_rng(6)
+    for M, K, N in ((8, 512, 512), (64, 64, 256), (128, 784, 512)):
+        a = rng.standard_normal((M, K)).astype(np.float32)
+        b = rng.standard_normal((K, N)).astype(np.float32)
+        keep = a.copy(), b.copy()
+        outs = []
+        for threads in (1, 2):
+            out = np.full((M, N), np.nan, np.float32)
+            _at_threads(threads, lambda: gemm.matmul(a, b, out))
+            outs.append(out)
+        np.testing.assert_array_equal(outs[0], outs[1])
+        np.testing.assert_array_equal(a, keep[0])
+        np.testing.assert_array_equal(b, keep[1])
+        np.testing.assert_allclose(outs[0], a.astype(np.float64) @ b, rtol=1e-4,
+                                   atol=1e-4 * np.sqrt(K))
+    assert gemm.choice_stats()["shapes"] >= 3

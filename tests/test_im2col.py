@@ -5,7 +5,7 @@ and a chunk that starts past the first image row."""
 import numpy as np
 import pytest
 
-from kernels.cpu import conv_ops
+from kernels.cpu import conv_ops, gemm
 
 # (x shape, KH, KW, sh, sw, dh, pt, pl, pb, pr)
 CASES = [((1, 230, 230, 3), 7, 7, 2, 2, 1, 0, 0, 0, 0),     # ResNet stem after its pad
@@ -47,6 +47,8 @@ def test_forward_conv_in_chunks_matches_one_chunk(monkeypatch):
     attrs = {"strides": [1, 2, 2, 1], "padding": "SAME", "dilations": [1, 1, 1, 1],
              "data_format": "NHWC", "explicit_paddings": []}
     g = conv_geometry(x.shape, f.shape, attrs, "Conv2D", np.float32)[0]
+    # one product kernel for every chunk shape (the measured choice may pick another per shape)
+    monkeypatch.setattr(gemm, "CHOOSE", False)
     outs = []
     for chunk in (1 << 30, 10 * 147 * 4 * 3, 1):
         monkeypatch.setattr(conv_ops, "COLS_CHUNK_BYTES", chunk)
@@ -61,4 +63,5 @@ def test_forward_conv_in_chunks_matches_one_chunk(monkeypatch):
             exact[:, i, j] = np.tensordot(patch, f.astype(np.float64), axes=3)
     for out in outs:
         np.testing.assert_allclose(out, exact, rtol=1e-5, atol=1e-4)
-        np.testing.assert_allclose(out, outs[0], rtol=1e-6, atol=1e-6)
+        # OpenBLAS's AVX2 build takes a small-matrix kernel for short chunks (other roundings)
+        np.testing.assert_allclose(out, outs[0], rtol=1e-5, atol=1e-5)

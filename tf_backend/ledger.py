@@ -131,6 +131,10 @@ def snapshot():
     wc = filter_cache.stats()
     if wc["events"]:
         extra["weight_cache"] = wc
+    from kernels.cpu import gemm   # which product kernel each shape's measurement chose
+    gc = gemm.choice_stats()
+    if gc["measured"] or gc["loaded"]:
+        extra["gemm_choice"] = gc
     return {"ops": ops, "functions": functions, **extra,
             "totals": {"backend": backend_calls, "fallback": fallback_calls,
                        "coverage": backend_calls / max(1, backend_calls + fallback_calls)}}

@@ -23,9 +23,11 @@ depends on its shape only, so its bits do not depend on the threads.
 """
 import ctypes
 import glob
+import json
 import math
 import os
 import threading
+import time
 
 import numpy as np
 from numba import config, get_num_threads, njit, prange, types
@@ -326,45 +328,183 @@ def matmul(a, b, out, b_stays=False):
     may be transposed views. Never writes a or b. `b_stays`: b is a weight that stays the same
     between calls (filter_cache's terms), so its transpose may be kept.
 
-    Products of few rows (batch-1 ResNet-50's 7x7 layers, its classifier, an MLP at batch 64)
-    are bound by reading the weights, which OpenBLAS packs on every call; with b's transpose
-    at hand `_nt` reads each weight once as a dot product along contiguous rows. On 2 cores
-    with weights cold from memory it took 0.64-0.84 of the team's time at 49 rows (ResNet-50's
-    7x7 layers), 0.43 at 1 row (its classifier), 0.8 at 64 rows hot (the MLP), 0.9 at 128 rows
-    and 0.9-1.1 at 196 rows (NT_ROWS_MAX)."""
+    Which kernel runs a product that more than one can run (`_nt` on b's transpose, BLAS blocks
+    on numba's team, np.matmul on one thread) is measured, per shape and CPU (`_choose`): on
+    Intel Xeon (session 6) `_nt` won at few rows with weights cold from memory (0.64-0.84 of
+    the team's time at ResNet-50's 49-row 7x7 layers, 0.43 at 1 row); on AMD EPYC it lost 2x
+    from 32 rows up even with 8 MB weights, and np.matmul on one thread beat the team below
+    ~1M multiply-adds (the team's jobs array and wake-up cost more than the product)."""
     M, K = a.shape
     N = b.shape[1]
     if M * N * K < TINY:   # what the checks below would decide, without them
         np.matmul(a, b, out=out)
         return
-    dt = out.dtype
     bt = _nt_weight(a, b, out, b_stays)
-    if bt is not None:
-        _nt_team(a, bt, out)
-        return
-    if _nn_ok(a, b, out, b_stays):
+    if bt is None and _nn_ok(a, b, out, b_stays):
         _nn_team(a, b, out)
         return
+    key = run = jobs = None
+    if CHOOSE:
+        key = _choice_key(a, b, out, bt)
+        run = _choices.get(key)
+    if run is None:
+        jobs = _team_jobs(a, b, out, M, K, N)
+        if bt is None and jobs is None:
+            numpy_matmul(a, b, out)
+            return
+        run = _choose(key, a, b, out, bt, jobs)
+    if run == "nt":
+        _nt_team(a, bt, out)
+        return
+    if run == "team":
+        if jobs is None:
+            jobs = _team_jobs(a, b, out, M, K, N)
+        if jobs is not None:
+            _run(_team if len(jobs) > 1 and get_num_threads() > 1 else _one, jobs,
+                 out.dtype == np.float64)
+            return
+    numpy_matmul(a, b, out)
+
+
+def _team_jobs(a, b, out, M, K, N):
+    """The product's blocks for numba's team (one BLAS call per row), or None when the team
+    cannot run it (layouts BLAS cannot read in place, too small, another dtype, overlaps)."""
+    dt = out.dtype
     fa, fb = _operand(a, M, K), _operand(b, K, N)
     if (fa is None or fb is None or out.strides[1] != dt.itemsize
             or out.strides[0] != N * dt.itemsize or not _team_can_run(a, b, out, M * N * K)):
-        numpy_matmul(a, b, out)
-        return
+        return None
     P = _blocks()
     pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
     if P > 1 and M >= ROWS_MIN * P and (M >= N or N < 2 * BLOCK * P):   # row blocks
         step = _ceil(_ceil(M, P), BLOCK) * BLOCK
-        jobs = np.array([(fa[0], fb[0], min(step, M - r), N, K, pa + r * a.strides[0], fa[1],
+        return np.array([(fa[0], fb[0], min(step, M - r), N, K, pa + r * a.strides[0], fa[1],
                           pb, fb[1], pc + r * out.strides[0], N) for r in range(0, M, step)],
                         np.int64)
-    elif P > 1 and N >= 2 * BLOCK * P:       # column blocks (few rows: 7x7 layers, small batch)
+    if P > 1 and N >= 2 * BLOCK * P:       # column blocks (few rows: 7x7 layers, small batch)
         step = _ceil(_ceil(N, P), BLOCK) * BLOCK
-        jobs = np.array([(fa[0], fb[0], M, min(step, N - c), K, pa, fa[1],
+        return np.array([(fa[0], fb[0], M, min(step, N - c), K, pa, fa[1],
                           pb + c * b.strides[1], fb[1], pc + c * out.strides[1], N)
                          for c in range(0, N, step)], np.int64)
-    else:
-        jobs = np.array([(fa[0], fb[0], M, N, K, pa, fa[1], pb, fb[1], pc, N)], np.int64)
-    _run(_team if len(jobs) > 1 and get_num_threads() > 1 else _one, jobs, dt == np.float64)
+    return np.array([(fa[0], fb[0], M, N, K, pa, fa[1], pb, fb[1], pc, N)], np.int64)
+
+
+# Kernel choice by measurement. A product's key: dtype, M x K x N, the operands' layouts and
+# where `_nt`'s weight comes from; its choice is measured on first use, on the call's own
+# operands (caches as the program leaves them) into a scratch output, each candidate once to
+# warm up and then CHOICE_RUNS times alternately, the fastest minimum wins. The user's output
+# is only ever written by the chosen kernel, and a choice never changes afterwards in a
+# process, so a product's bits do not depend on when it ran or on the threads at hand.
+# Choices are kept on disk (`<cache dir>/gemm_choice.json`) per CPU model and numba pool size;
+# TF_BACKEND_AUTOTUNE=measure measures again. CHOOSE = False: the earlier fixed rule (`_nt`
+# whenever it can run, else the team, else np.matmul), for A/B runs.
+CHOOSE = True
+CHOICE_RUNS = 5
+_choices = {}            # key -> "nt" | "team" | "blas", this process
+_choice_stats = {"measured": 0, "loaded": 0, "won": {}}
+_choice_file = {"table": None}
+_choice_lock = threading.Lock()
+
+
+def _choice_key(a, b, out, bt):
+    """dtype, M, K, N, whether a and b are read untransposed, and where `_nt`'s weight comes
+    from (none, b's own transposed layout, a kept transpose)."""
+    it = out.itemsize
+    src = 0 if bt is None else (1 if b.strides[0] == it else 2)
+    return (out.dtype.char, a.shape[0], a.shape[1], b.shape[1], a.strides[1] == it,
+            b.strides[1] == it, src)
+
+
+def _host_key():
+    from shape_fns.host import cpu_flags, cpu_model
+    return f"{cpu_model() or 'unknown'} [{len(cpu_flags())} flags] pool={_blocks()}"
+
+
+def _choice_path():
+    import kernels
+    return os.path.join(kernels.cache_dir(), "gemm_choice.json")
+
+
+def _disk_table():
+    if _choice_file["table"] is None:
+        table = {}
+        if os.environ.get("TF_BACKEND_AUTOTUNE", "").strip().lower() != "measure":
+            try:
+                with open(_choice_path()) as f:
+                    table = json.load(f).get(_host_key(), {})
+            except (OSError, ValueError, AttributeError):
+                table = {}
+        _choice_file["table"] = table
+    return _choice_file["table"]
+
+
+def _record(key, choice):
+    path = _choice_path()
+    try:
+        try:
+            with open(path) as f:
+                whole = json.load(f)
+        except (OSError, ValueError):
+            whole = {}
+        whole.setdefault(_host_key(), {})[key] = choice
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(whole, f, indent=0, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:   # a read-only cache directory: the choice still holds for this process
+        pass
+
+
+def _choose(key, a, b, out, bt, jobs):
+    cands = ([] if bt is None else ["nt"]) + ([] if jobs is None else ["team"]) + ["blas"]
+    if key is None or len(cands) == 1:
+        return cands[0]
+    name = "|".join(map(str, key))
+    with _choice_lock:
+        got = _disk_table().get(name)
+        if got in cands:
+            _choices[key] = got
+            _choice_stats["loaded"] += 1
+            return got
+    got = _measure(a, b, bt, out, jobs, cands)
+    with _choice_lock:
+        _choices[key] = got
+        _disk_table()[name] = got
+        _choice_stats["measured"] += 1
+        _choice_stats["won"][got] = _choice_stats["won"].get(got, 0) + 1
+        _record(name, got)
+    return got
+
+
+def _measure(a, b, bt, out, jobs, cands):
+    scratch = np.empty_like(out)
+    M, N = out.shape
+    if jobs is not None:    # the same blocks, written to the scratch output
+        jobs = jobs.copy()
+        jobs[:, 9] += scratch.ctypes.data - out.ctypes.data
+    double = out.dtype == np.float64
+    fns = {"nt": lambda: _nt_team(a, bt, scratch),
+           "team": lambda: _run(_team if len(jobs) > 1 and get_num_threads() > 1 else _one,
+                                jobs, double),
+           "blas": lambda: numpy_matmul(a, b, scratch)}
+    best = {c: float("inf") for c in cands}
+    for c in cands:
+        fns[c]()
+    for _ in range(CHOICE_RUNS):
+        for c in cands:
+            t0 = time.perf_counter()
+            fns[c]()
+            best[c] = min(best[c], time.perf_counter() - t0)
+    return min(cands, key=lambda c: (best[c], cands.index(c)))
+
+
+def choice_stats():
+    """{"measured", "loaded", "won": {kernel: n}, "shapes": n}: products whose kernel was
+    measured or loaded from disk in this process, and which won."""
+    with _choice_lock:
+        return {"measured": _choice_stats["measured"], "loaded": _choice_stats["loaded"],
+                "won": dict(_choice_stats["won"]), "shapes": len(_choices)}
 
 
 def _run(fn, jobs, double):
