@@ -1,8 +1,10 @@
 """Issue 15's recurrent text classifier: 2 epochs of fit on 2048 x 40 tokens, then predict,
-stock and ours alternating in one process. Usage: python integration/scripts/rnn_fit.py [stock,ours,interp]
-("interp": ours with executor.DRIVERS off)."""
+stock and ours alternating in one process. Usage: python integration/scripts/rnn_fit.py [stock,ours,interp,rule]
+("interp": ours with executor.DRIVERS off; "rule": ours with the products' kernel by gemm's
+fixed rule instead of its measured choice)."""
 import sys, time, numpy as np, tensorflow as tf, keras, tf_backend
 from tf_backend import executor
+from kernels.cpu import gemm
 rng = np.random.default_rng(0)
 X = rng.integers(0, 2000, (2048, 40)).astype(np.int32); Y = rng.integers(0, 2, (2048, 1)).astype(np.float32)
 Xp = X[:512]
@@ -18,6 +20,7 @@ for rep in range(2):
         if arm == "stock": tf_backend.disable()
         else:
             executor.DRIVERS = arm != "interp"
+            gemm.CHOOSE = arm != "rule"
             tf_backend.enable()
         m = build()
         t0 = time.perf_counter(); h = m.fit(X, Y, batch_size=64, epochs=2, verbose=0); t1 = time.perf_counter()
