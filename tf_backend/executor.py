@@ -601,6 +601,9 @@ def run_stock(node, vals):
 
 def _stock(node, values):
     ins = [as_tensor(v) for v in values]
+    fname = node.attrs.get("xla_function")
+    if fname is not None:   # lower._xla_call: the function by name, compiled by XLA
+        return tfa.execute_stock(fname, ins, (), len(node.outputs))
     if node.op in tfa.KERNEL_STATE_OPS:   # its own kernel (and generator state), as in stock
         return tfa.execute_isolated(node.state_key or node, node.op, ins, node.raw_attrs)
     return tfa.execute_stock(node.op, ins, node.raw_attrs, len(node.outputs))

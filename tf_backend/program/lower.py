@@ -95,7 +95,7 @@ def _lower_ops(prog, graph, env, ctrl_prefix, depth):
         ctrl = [op_node[c.name] for c in op.control_inputs if c.name in op_node]
         ctrl += list(ctrl_prefix) if not op.inputs and not op.control_inputs else []
         where = tfa.op_traceback_line(op)
-        if op.type in CALL_OPS:
+        if op.type in CALL_OPS and not tfa.call_must_compile(op):
             nodes = _inline_call(prog, graph, op, ins, ctrl, env, depth)
             added.extend(nodes)
             if nodes:
@@ -159,8 +159,6 @@ def _barrier(prog, op, nodes, added):
 def _inline_call(prog, graph, op, ins, ctrl, env, depth):
     if depth >= MAX_INLINE_DEPTH:
         raise Unlowerable("call_depth")
-    if tfa.call_must_compile(op):   # inlined, it would run without XLA; as a stock node too
-        raise Unlowerable("xla_must_compile")
     fname = op.get_attr("f").name
     callee = tfa.function_graph(fname, graph)
     sub_env = {}
@@ -188,6 +186,8 @@ def _make_node(prog, graph, op, ins, outs, ctrl, where, depth):
         return Node(op.name, t, "noop", [], [], ctrl=ctrl, where=where)
     if t in IF_OPS or t in WHILE_OPS or t in CASE_OPS:
         return _control_flow(graph, op, ins, outs, ctrl, where, depth)
+    if t in CALL_OPS:   # a call XLA must compile (tfa.call_must_compile; others are inlined)
+        return _xla_call(op, ins, outs, ctrl, where)
     node = Node(op.name, t, "stock", ins, outs, ctrl=ctrl, where=where)
     node.raw_attrs = tfa.raw_attrs(op)
     layout = _data_format(node.raw_attrs)
@@ -217,6 +217,18 @@ def _make_node(prog, graph, op, ins, outs, ctrl, where, depth):
 def _data_format(raw_attrs):
     d = dict(zip(raw_attrs[::2], raw_attrs[1::2])).get("data_format")
     return d.decode() if isinstance(d, bytes) else d
+
+
+def _xla_call(op, ins, outs, ctrl, where):
+    """A call to a `jit_compile=True` function (Keras' grouped convolutions): one TensorFlow
+    node that executes the function by name, so eager's runtime compiles it with XLA as stock's
+    does (inlined, or as the PartitionedCall op itself, it would run without XLA: CPU TensorFlow
+    has no grouped convolution kernel). The rest of the enclosing function stays ours."""
+    node = Node(op.name, op.type, "stock", ins, outs, ctrl=ctrl, where=where,
+                attrs={"xla_function": op.get_attr("f").name})
+    node.stateful = bool(op.op_def.is_stateful)
+    node.reason = "xla_must_compile"
+    return node
 
 
 def _stock_checked(node, layout):
