@@ -35,6 +35,14 @@ def test_issue_models(tf, name, mode):
     _check(tf, name, mode)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ("nasnetmobile", "inceptionv3", "resnet50v2"))
+def test_graph_heavy_models_in_functions(tf, name):
+    """Issue 15's graph-heavy keras.applications models (tfb bench's nasnet-b1, inceptionv3-b1,
+    resnet50v2-b1): tf.function inference matches stock with our kernels' coverage."""
+    _check(tf, name, "function")
+
+
 def test_resnet_block_builder(tf):
     import keras
     model = zoo.build("resnet_block", keras)

@@ -78,6 +78,22 @@ def densenet121(keras, size=None):
     return keras.applications.DenseNet121(weights=None, input_shape=_image_shape(size))
 
 
+# graph-heavy networks (issue 15): many small nodes per call
+def nasnetmobile(keras, size=None):
+    """NASNet-A Mobile: ~1,900 nodes of separable convolutions, pools and adds."""
+    return keras.applications.NASNetMobile(weights=None, input_shape=_image_shape(size or 224))
+
+
+def inceptionv3(keras, size=None):
+    """Inception-v3 at 299x299: parallel branches concatenated, batch norm everywhere."""
+    return keras.applications.InceptionV3(weights=None, input_shape=_image_shape(size))
+
+
+def resnet50v2(keras, size=None):
+    """Pre-activation ResNet-50 (batch norm and ReLU before each convolution)."""
+    return keras.applications.ResNet50V2(weights=None, input_shape=_image_shape(size))
+
+
 def transformer(keras, seq=128, d_model=256, heads=4, ff=1024, classes=10):
     """One post-norm Transformer encoder block on (seq, d_model) features, then a pooled head."""
     L = keras.layers
@@ -98,7 +114,8 @@ def lstm(keras, seq=32, features=64, units=128, classes=10):
 
 BUILDERS = {"mlp": mlp, "small_mlp": small_mlp, "small_cnn": small_cnn, "cnn": cnn,
             "resnet_block": resnet_block, "resnet50": resnet50, "mobilenetv2": mobilenetv2,
-            "densenet121": densenet121, "transformer": transformer, "lstm": lstm}
+            "densenet121": densenet121, "transformer": transformer, "lstm": lstm,
+            "nasnetmobile": nasnetmobile, "inceptionv3": inceptionv3, "resnet50v2": resnet50v2}
 
 
 def build(name, keras, seed=0, **options):

@@ -106,6 +106,13 @@ workload("mobilenetv2-b1", "Keras MobileNetV2, batch 1, random weights")(
     _zoo_model("mobilenetv2", (1, 224, 224, 3)))
 workload("transformer-b1", "Transformer encoder block, batch 1, seq 128, d_model 256")(
     _zoo_model("transformer", (1, 128, 256)))
+# graph-heavy keras.applications models at batch 1 (issue 15): per-node overhead at scale
+workload("nasnet-b1", "Keras NASNetMobile, batch 1, random weights (~1,900 nodes)")(
+    _zoo_model("nasnetmobile", (1, 224, 224, 3)))
+workload("inceptionv3-b1", "Keras InceptionV3, batch 1 at 299x299, random weights")(
+    _zoo_model("inceptionv3", (1, 299, 299, 3)))
+workload("resnet50v2-b1", "Keras ResNet50V2 (pre-activation), batch 1, random weights")(
+    _zoo_model("resnet50v2", (1, 224, 224, 3)))
 
 
 def _training_step(tf, model, opt, loss_fn):
