@@ -55,8 +55,19 @@ def onednn_enabled():
     return bool(cpu_flags() & ONEDNN_DEFAULT_FLAGS)
 
 
+_runs = {}   # (dtype, TF_ENABLE_ONEDNN_OPTS) -> bool: kernels ask on every call
+
+
 def onednn_runs(dtype):
     """Whether stock runs `dtype` (a numpy dtype or its name) on oneDNN on this CPU."""
+    key = (dtype, os.environ.get("TF_ENABLE_ONEDNN_OPTS"))
+    got = _runs.get(key)
+    if got is None:
+        got = _runs[key] = _onednn_runs(dtype)
+    return got
+
+
+def _onednn_runs(dtype):
     name = getattr(dtype, "name", str(dtype))
     if not onednn_enabled():
         return False

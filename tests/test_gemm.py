@@ -379,4 +379,4 @@ def test_kernel_choice_never_writes_inputs_and_keeps_thread_independent_bits(mon
         np.testing.assert_array_equal(b, keep[1])
         np.testing.assert_allclose(outs[0], a.astype(np.float64) @ b, rtol=1e-4,
                                    atol=1e-4 * np.sqrt(K))
-    assert gemm.choice_stats()["shapes"] >= 3
+    assert gemm.choice_stats()["shapes"] >= 2   # the largest has the team alone (SOLO_MAX)

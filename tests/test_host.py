@@ -17,6 +17,7 @@ AVX2_ONLY = frozenset("avx2 fma".split())
 def cpu(monkeypatch):
     def use(flags):
         monkeypatch.setattr(host, "cpu_flags", lambda: flags)
+        monkeypatch.setattr(host, "_runs", {})
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     return use
 

@@ -280,6 +280,46 @@ def test_results_identical_single_and_multi_threaded(tf, monkeypatch, splitting_
         assert np.array_equal(o, outs[0])
 
 
+def test_concurrency_stays_only_where_it_measures_faster(tf, monkeypatch):
+    """A program with independent heavy nodes runs concurrently and serially in turn for its
+    first calls (the first of each way warms up), then the faster way for good; the ledger's
+    `schedule` says which; the results are the same bits either way."""
+    from tf_backend.program.passes import schedule
+    monkeypatch.setattr(schedule, "SERIAL_SPLITTING", False)
+    functions.clear_cache()
+    executor.set_threads(2)
+    rng = np.random.default_rng(6)
+    a = tf.constant(rng.standard_normal((256, 256)).astype(np.float32))
+    b = tf.constant(rng.standard_normal((256, 256)).astype(np.float32))
+
+    @tf.function
+    def two_branch(a, b):
+        left = tf.nn.relu(tf.matmul(a, b)) * 0.5
+        right = tf.tanh(tf.matmul(b, a)) + 1.0
+        return tf.reduce_sum(left @ right, axis=0)
+
+    ways = []
+    real = executor._schedule_trial
+    monkeypatch.setattr(executor, "_schedule_trial",
+                        lambda prog, trial, conc, s: (ways.append(conc),
+                                                      real(prog, trial, conc, s)))
+    n = 2 * (executor.SCHEDULE_RUNS + 1)
+    try:
+        with tf_backend.enabled():
+            outs = [np.asarray(two_branch(a, b)) for _ in range(n + 3)]
+            stats = tf_backend.stats()
+    finally:
+        executor.set_threads(executor.default_threads())
+    (prog,) = [c.program for c in functions._cache.values() if c.program is not None]
+    functions.clear_cache()
+    assert prog.notes and ways == [True, False] * (executor.SCHEDULE_RUNS + 1), prog.dump()
+    assert prog.schedule_trial is False
+    (chosen,) = [v for k, v in stats["schedule"].items() if "two_branch" in k]
+    assert chosen["concurrent"] == prog.parallel and chosen["serial_over_concurrent"] > 0
+    for o in outs[1:]:
+        assert np.array_equal(o, outs[0])
+
+
 def test_stress_many_threads_bounded_memory(tf):
     import tracemalloc
 

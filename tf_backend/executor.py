@@ -227,6 +227,13 @@ class _Run:
                     step(nodes[n], self.vals, self.failed)
                 finally:
                     _heavy_exit(restore)
+            elif _heavy["active"]:   # a heavy node runs beside it: this one on one thread
+                old = _numba_threads(1)
+                try:
+                    step(nodes[n], self.vals, self.failed)
+                finally:
+                    if old is not None:
+                        _numba_threads(old)
             else:
                 step(nodes[n], self.vals, self.failed)
             ready = []
@@ -359,12 +366,20 @@ def run(prog, args, threads_pool=None, serial=False):
     p = threads_pool if threads_pool is not None else pool()
     failed = {}
     concurrent = not serial and p.size > 0 and prog.parallel
-    # numba's count held to one on this thread: with one thread in all (set_threads(1),
-    # TF_BACKEND_THREADS=1) for numba's kernels and the GEMM team too, not only the executor;
-    # in a concurrent run because the branches, not numba's team, use the cores (else a branch
-    # that started alone keeps two threads while another runs beside it: three busy threads on
-    # two cores)
-    threads = _numba_threads(1) if not serial and (p.size == 0 or concurrent) else None
+    trial = None
+    if concurrent and prog.schedule_trial is not False:   # _schedule_trial: still measuring
+        trial = prog.schedule_trial
+        if trial is None:
+            trial = prog.schedule_trial = {True: [], False: []}
+        concurrent = len(trial[True]) <= len(trial[False])   # alternate, concurrent first
+        t_start = time.perf_counter()
+    # numba's count held to one on this thread with one thread in all (set_threads(1),
+    # TF_BACKEND_THREADS=1): numba's kernels and the GEMM team too, not only the executor. In a
+    # concurrent run only nodes that run beside a heavy node are held to one (_Run.work): held
+    # for the whole run, every convolution of a program with two cheap independent nodes (a
+    # pool and a pad in ResNet50V2's stride-2 blocks) ran on one thread, 117 ms per call
+    # against 65 ms serial (AVX2 EPYC, 2 cores)
+    threads = _numba_threads(1) if not serial and p.size == 0 else None
     # numpy's OpenBLAS held to one thread for the whole run (every product of ours runs it so):
     # one switch of its count per call instead of two per product (1% of a GEMM chain)
     blas = None if serial else _blas()
@@ -408,10 +423,28 @@ def run(prog, args, threads_pool=None, serial=False):
             blas.single_thread_exit()
         if threads is not None:
             _numba_threads(threads)
+    if trial is not None:
+        _schedule_trial(prog, trial, concurrent, time.perf_counter() - t_start)
     ledger.program_ops(prog.op_counts)
     if failed:
         raise _Raise(min(failed.values(), key=lambda f: f.node.id))
     return [vals[s] for s in prog.outputs]
+
+
+SCHEDULE_RUNS = 3   # timed runs per way (the first of each warms up) before the choice
+
+
+def _schedule_trial(prog, trial, concurrent, seconds):
+    """A program with independent heavy nodes runs serially and concurrently in turn for its
+    first calls; the faster way stays (prog.parallel). On 2 cores the concurrent path lost
+    where many small nodes fight for the GIL (NASNetMobile b1: 166 against 107 ms per call,
+    AVX2 EPYC) and won where two long serial kernels run side by side."""
+    trial[concurrent].append(seconds)
+    if min(len(trial[True]), len(trial[False])) > SCHEDULE_RUNS:
+        best = {k: min(v[1:]) for k, v in trial.items()}
+        prog.parallel = best[True] < best[False]
+        prog.schedule_trial = False
+        ledger.scheduled(prog.name, prog.parallel, best[False] / max(best[True], 1e-9))
 
 
 class _Raise(Exception):

@@ -127,6 +127,8 @@ def snapshot():
     with _lock:
         if _autotune:
             extra["autotune"] = {op: dict(a) for op, a in sorted(_autotune.items())}
+        if _schedule:
+            extra["schedule"] = {k: dict(v) for k, v in sorted(_schedule.items())}
     from kernels.cpu import filter_cache   # weight forms kept between calls, and not kept
     wc = filter_cache.stats()
     if wc["events"]:
@@ -158,6 +160,14 @@ def format_table(stats):
 
 
 _autotune = {}   # op -> {"stock": n, "ours": n, "last": description}
+_schedule = {}   # program -> {"concurrent": bool, "serial_over_concurrent": ratio}
+
+
+def scheduled(program, concurrent, ratio):
+    """executor._schedule_trial chose how a program with independent heavy nodes runs."""
+    with _lock:
+        _schedule[program] = {"concurrent": concurrent,
+                              "serial_over_concurrent": round(ratio, 3)}
 
 
 def autotuned(op, got):

@@ -400,6 +400,7 @@ def _team_jobs(a, b, out, M, K, N):
 # whenever it can run, else the team, else np.matmul), for A/B runs.
 CHOOSE = True
 CHOICE_RUNS = 5
+SOLO_MAX = 1 << 22   # multiply-adds up to which np.matmul on one thread competes with the team
 _choices = {}            # key -> "nt" | "team" | "blas", this process
 _choice_stats = {"measured": 0, "loaded": 0, "won": {}}
 _choice_file = {"table": None}
@@ -457,7 +458,13 @@ def _record(key, choice):
 
 
 def _choose(key, a, b, out, bt, jobs):
-    cands = ([] if bt is None else ["nt"]) + ([] if jobs is None else ["team"]) + ["blas"]
+    # np.matmul on one thread is a candidate only where the team is one thread too or the
+    # product is small enough for the team's wake-ups to matter: a measurement disturbed by
+    # other work (two test workers on two cores) must not leave a large product at half speed
+    # for good, as one left ResNet-50's 49 x 512 x 2048 products on one thread
+    solo = jobs is None or len(jobs) == 1 or a.shape[0] * a.shape[1] * b.shape[1] < SOLO_MAX
+    cands = (([] if bt is None else ["nt"]) + ([] if jobs is None else ["team"])
+             + (["blas"] if solo else []))
     if key is None or len(cands) == 1:
         return cands[0]
     name = "|".join(map(str, key))

@@ -60,6 +60,7 @@ class Program:
         self.notes = []         # pass log: what each pass did
         self.fusions = 0
         self.parallel = False   # independent heavy nodes exist (schedule pass)
+        self.schedule_trial = None   # executor: serial vs concurrent times while measuring
         # filled by finalize()
         self.succs = self.dep_counts = self.producer = None
         self.op_counts = None   # per run: {op: (backend, {fallback reason: n})}
