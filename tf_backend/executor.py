@@ -348,6 +348,52 @@ def _tune_step(node, vals, failed, st, side, autotune):
     st["times"].setdefault(i, ([], []))[side].append(time.perf_counter() - t0)
 
 
+def run_sub(prog, args, count=True):
+    """A sub-program's run (If/While/Case bodies): serial, inside the enclosing run, which
+    already holds the thread and BLAS settings; `count=False` leaves the ledger to the caller
+    (a While counts its iterations once per loop)."""
+    if not prog.tuned:
+        from . import autotune
+        if autotune.mode() == "off" or shadow_mode or trace.ON:
+            prog.tuned = True
+        else:   # kernel choices still being measured: run counts this run itself
+            out = run(prog, args, serial=True)
+            if not count:
+                ledger.program_ops(prog.op_counts, -1)
+            return out
+    vals = [None] * prog.n_slots
+    for s, a in zip(prog.inputs, args):
+        vals[s] = a
+    for s, v in prog.consts.items():
+        vals[s] = v
+    failed = {}
+    _serial(prog, vals, failed)
+    if count:
+        ledger.program_ops(prog.op_counts)
+    if failed:
+        raise _Raise(min(failed.values(), key=lambda f: f.node.id))
+    return [vals[s] for s in prog.outputs]
+
+
+def _serial(prog, vals, failed):
+    """Every node in program order: the generated driver, the interpreter from where it
+    stopped (a failure, tracing, shadow mode)."""
+    start = 0
+    if DRIVERS and DROP_DEAD and not trace.ON and not shadow_mode:
+        drive = prog.driver or _driver(prog)
+        r = drive(vals, failed)
+        start = len(prog.nodes) if r is None else r[0]
+        if r is not None and r[1] is not None:   # node `start` raised: a value, as in step
+            node = prog.nodes[start]
+            _poison(node, vals, failed, Failed(r[1], node, _describe_inputs(node, vals)))
+            start += 1
+    drops = prog.drops if DROP_DEAD else [()] * len(prog.nodes)
+    for n in prog.nodes[start:]:
+        step(n, vals, failed)
+        for s in drops[n.id]:
+            vals[s] = None
+
+
 def run(prog, args, threads_pool=None, serial=False):
     """Run a program on its inputs; returns output values (numpy arrays or tensors)."""
     if not prog.tuned:
@@ -387,20 +433,7 @@ def run(prog, args, threads_pool=None, serial=False):
         blas.single_thread_enter()
     try:
         if not concurrent:
-            start = 0
-            if DRIVERS and DROP_DEAD and not trace.ON and not shadow_mode:
-                drive = prog.driver or _driver(prog)
-                r = drive(vals, failed)
-                start = len(prog.nodes) if r is None else r[0]
-                if r is not None and r[1] is not None:   # node `start` raised: a value, as in step
-                    node = prog.nodes[start]
-                    _poison(node, vals, failed, Failed(r[1], node, _describe_inputs(node, vals)))
-                    start += 1
-            drops = prog.drops if DROP_DEAD else [()] * len(prog.nodes)
-            for n in prog.nodes[start:]:
-                step(n, vals, failed)
-                for s in drops[n.id]:
-                    vals[s] = None
+            _serial(prog, vals, failed)
         else:
             r = _Run(prog, vals, p)
             failed = r.failed
@@ -553,21 +586,29 @@ def execute(node, vals):
         return None
     if kind == "if":
         sub = node.subs[0] if truthy(vals[node.inputs[0]]) else node.subs[1]
-        return run(sub, [vals[s] for s in node.inputs[1:]], serial=True)
+        return run_sub(sub, [vals[s] for s in node.inputs[1:]])
     if kind == "case":
         i = int(as_numpy(vals[node.inputs[0]]))
         sub = node.subs[i] if 0 <= i < len(node.subs) else node.subs[-1]
-        return run(sub, [vals[s] for s in node.inputs[1:]], serial=True)
+        return run_sub(sub, [vals[s] for s in node.inputs[1:]])
     if kind == "while":
         cond, body = node.subs
         loop = [vals[s] for s in node.inputs]
         frames = _frames.stack
         frames.append({})   # this loop run's invariant reads (passes/loop_reads.py)
+        conds = bodies = 0
         try:
-            while truthy(run(cond, loop, serial=True)[0]):
-                loop = run(body, loop, serial=True)
+            while True:
+                conds += 1
+                if not truthy(run_sub(cond, loop, False)[0]):
+                    break
+                bodies += 1
+                loop = run_sub(body, loop, False)
         finally:
             frames.pop()
+            # the ledger counts every iteration, added once per loop run
+            ledger.program_ops(cond.op_counts, conds)
+            ledger.program_ops(body.op_counts, bodies)
         return loop
     raise NotImplementedError(kind)
 

@@ -64,20 +64,26 @@ def uncount_fallback(op, reason):
             s.reasons.pop(reason, None)
 
 
-def program_ops(op_counts):
-    """One program run: its nodes' ops, on our kernels or TensorFlow's (sub-programs report their
-    own runs, so loops count every iteration)."""
+def program_ops(op_counts, runs=1):
+    """`runs` runs of one program: its nodes' ops, on our kernels or TensorFlow's (a While adds
+    its cond's and body's runs once per loop, so loops count every iteration)."""
+    if not runs or not op_counts:
+        return
     with _lock:
         for op, (n_backend, reasons) in op_counts.items():
             s = _ops.get(op)
             if s is None:
                 s = _ops[op] = _OpStats()
             if n_backend:
-                s.backend += n_backend
-                s.kernels["program"] = s.kernels.get("program", 0) + n_backend
+                s.backend += n_backend * runs
+                s.kernels["program"] = s.kernels.get("program", 0) + n_backend * runs
             for r, n in reasons.items():
-                s.fallback += n
-                s.reasons[r] = s.reasons.get(r, 0) + n
+                s.fallback += n * runs
+                left = s.reasons.get(r, 0) + n * runs
+                if left > 0:
+                    s.reasons[r] = left
+                else:
+                    s.reasons.pop(r, None)
 
 
 def error(op):
