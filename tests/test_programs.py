@@ -250,14 +250,9 @@ def test_tracing_and_disabled_mode_are_stock(tf):
     functions.clear_cache()
 
 
-@pytest.mark.parametrize("splitting_serial", [True, False], ids=["small-machine", "concurrent"])
-def test_results_identical_single_and_multi_threaded(tf, monkeypatch, splitting_serial):
-    """Bit for bit at 1, 2 and 4 threads: with the branches' chains split over numba's team one
-    after the other (small machines) and with the branches run concurrently."""
-    from tf_backend.program.passes import schedule
-    monkeypatch.setattr(schedule, "SERIAL_SPLITTING", splitting_serial)
-    functions.clear_cache()
-    rng = np.random.default_rng(5)
+def _two_branch(tf, seed):
+    """A tf.function with two independent products (heavy where products do not split)."""
+    rng = np.random.default_rng(seed)
     a = tf.constant(rng.standard_normal((256, 256)).astype(np.float32))
     b = tf.constant(rng.standard_normal((256, 256)).astype(np.float32))
 
@@ -267,6 +262,17 @@ def test_results_identical_single_and_multi_threaded(tf, monkeypatch, splitting_
         right = tf.tanh(tf.matmul(b, a)) + 1.0
         return tf.reduce_sum(left @ right, axis=0)
 
+    return two_branch, a, b
+
+
+@pytest.mark.parametrize("splitting_serial", [True, False], ids=["small-machine", "concurrent"])
+def test_results_identical_single_and_multi_threaded(tf, monkeypatch, splitting_serial):
+    """Bit for bit at 1, 2 and 4 threads: with the branches' chains split over numba's team one
+    after the other (small machines) and with the branches run concurrently."""
+    from tf_backend.program.passes import schedule
+    monkeypatch.setattr(schedule, "SERIAL_SPLITTING", splitting_serial)
+    functions.clear_cache()
+    two_branch, a, b = _two_branch(tf, 5)
     outs = []
     with tf_backend.enabled():
         for n in (1, 2, 4, 1):
@@ -288,16 +294,7 @@ def test_concurrency_stays_only_where_it_measures_faster(tf, monkeypatch):
     monkeypatch.setattr(schedule, "SERIAL_SPLITTING", False)
     functions.clear_cache()
     executor.set_threads(2)
-    rng = np.random.default_rng(6)
-    a = tf.constant(rng.standard_normal((256, 256)).astype(np.float32))
-    b = tf.constant(rng.standard_normal((256, 256)).astype(np.float32))
-
-    @tf.function
-    def two_branch(a, b):
-        left = tf.nn.relu(tf.matmul(a, b)) * 0.5
-        right = tf.tanh(tf.matmul(b, a)) + 1.0
-        return tf.reduce_sum(left @ right, axis=0)
-
+    two_branch, a, b = _two_branch(tf, 6)
     ways = []
     real = executor._schedule_trial
     monkeypatch.setattr(executor, "_schedule_trial",

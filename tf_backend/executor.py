@@ -284,11 +284,7 @@ def _tuning_run(prog, args):
                 return None
             st = prog.tune_state = {"run": 0, "open": cands, "times": {}, "keys": {}}
         side = st["run"] % 2          # 0: ours, 1: TensorFlow's
-        vals = [None] * prog.n_slots
-        for s, a in zip(prog.inputs, args):
-            vals[s] = a
-        for s, v in prog.consts.items():
-            vals[s] = v
+        vals = _slots(prog, args)
         failed = {}
         for n in prog.nodes:
             if id(n) in st["open"] and not any(type(vals[s]) is Failed for s in n.inputs):
@@ -352,20 +348,12 @@ def run_sub(prog, args, count=True):
     """A sub-program's run (If/While/Case bodies): serial, inside the enclosing run, which
     already holds the thread and BLAS settings; `count=False` leaves the ledger to the caller
     (a While counts its iterations once per loop)."""
-    if not prog.tuned:
-        from . import autotune
-        if autotune.mode() == "off" or shadow_mode or trace.ON:
-            prog.tuned = True
-        else:   # kernel choices still being measured: run counts this run itself
-            out = run(prog, args, serial=True)
-            if not count:
-                ledger.program_ops(prog.op_counts, -1)
-            return out
-    vals = [None] * prog.n_slots
-    for s, a in zip(prog.inputs, args):
-        vals[s] = a
-    for s, v in prog.consts.items():
-        vals[s] = v
+    if _tuning(prog):   # kernel choices still being measured: run counts this run itself
+        out = run(prog, args, serial=True)
+        if not count:
+            ledger.program_ops(prog.op_counts, -1)
+        return out
+    vals = _slots(prog, args)
     failed = {}
     _serial(prog, vals, failed)
     if count:
@@ -373,6 +361,28 @@ def run_sub(prog, args, count=True):
     if failed:
         raise _Raise(min(failed.values(), key=lambda f: f.node.id))
     return [vals[s] for s in prog.outputs]
+
+
+def _tuning(prog):
+    """Whether the program's kernel choices are still to be measured (autotune.py); marks it
+    tuned when there is nothing to measure."""
+    if prog.tuned:
+        return False
+    from . import autotune
+    if autotune.mode() == "off" or shadow_mode or trace.ON:
+        prog.tuned = True
+        return False
+    return True
+
+
+def _slots(prog, args):
+    """The run's value slots: the inputs and the program's constants in place."""
+    vals = [None] * prog.n_slots
+    for s, a in zip(prog.inputs, args):
+        vals[s] = a
+    for s, v in prog.consts.items():
+        vals[s] = v
+    return vals
 
 
 def _serial(prog, vals, failed):
@@ -396,19 +406,11 @@ def _serial(prog, vals, failed):
 
 def run(prog, args, threads_pool=None, serial=False):
     """Run a program on its inputs; returns output values (numpy arrays or tensors)."""
-    if not prog.tuned:
-        from . import autotune
-        if autotune.mode() == "off" or shadow_mode or trace.ON:
-            prog.tuned = True
-        else:
-            out = _tuning_run(prog, args)
-            if out is not None:
-                return out
-    vals = [None] * prog.n_slots
-    for s, a in zip(prog.inputs, args):
-        vals[s] = a
-    for s, v in prog.consts.items():
-        vals[s] = v
+    if _tuning(prog):
+        out = _tuning_run(prog, args)
+        if out is not None:
+            return out
+    vals = _slots(prog, args)
     p = threads_pool if threads_pool is not None else pool()
     failed = {}
     concurrent = not serial and p.size > 0 and prog.parallel
