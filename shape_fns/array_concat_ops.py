@@ -27,7 +27,8 @@ def concat_v2(inputs, attrs):
     if not values:  # TensorFlow's Python wrapper fails (IndexError) before any kernel
         raise Unsupported("attr:N=0")
     if len(values) < 2:  # the OpDef minimum, which TensorFlow checks before the kernel
-        raise InvalidArgumentError(f"ConcatV2: value for attr 'N' of {len(values)} must be at least 2")
+        raise InvalidArgumentError(
+            f"Value for attr 'N' of {len(values)} must be at least minimum 2 (ConcatV2)")
     dt = values[0].dtype
     axis = _scalar(a, "axis", "ConcatV2", allow_one=True)
     shapes = [v.shape for v in values]
@@ -54,12 +55,14 @@ def concat_v2(inputs, attrs):
                 f"ConcatOp : Ranks of all input tensors should match: shape[0] = "
                 f"{fmt_shape(shapes[0])} vs. shape[{shapes.index(s)}] = {fmt_shape(s)}")
     if r == 0:
-        raise InvalidArgumentError("ConcatV2: can't concatenate scalars (use tf.stack instead)")
+        raise InvalidArgumentError(
+            "ConcatOp : Can't concatenate scalars (use tf.stack instead) (ConcatV2)")
     if axis is None:
         return [Spec((None,) * r, dt)]
     if not -r <= axis < r:
         raise InvalidArgumentError(
-            f"ConcatV2: expected concatenating dimensions in the range [{-r}, {r}), got {axis}")
+            f"ConcatOp : Expected concatenating dimensions in the range [{-r}, {r}), but got "
+            f"{axis} (ConcatV2 of rank-{r} inputs)")
     if axis < 0:
         axis += r
     out = _concat_shape(shapes, axis, "ConcatV2")
@@ -73,7 +76,8 @@ def concat_offset(inputs, attrs):
     d = inputs[0]
     if d.shape is not None and d.shape != ():
         raise InvalidArgumentError(
-            f"ConcatOffset: concat dim must be a scalar, got shape {fmt_shape(d.shape)}")
+            f"Concat dim tensor should be a scalar integer, but got shape {fmt_shape(d.shape)} "
+            "(ConcatOffset)")
     out = []
     for s in inputs[1:]:
         if s.shape is not None and len(s.shape) != 1:
@@ -124,6 +128,13 @@ def unpack(inputs, attrs):
     return [Spec(xs[:axis] + xs[axis + 1:], x.dtype) for _ in range(num)]
 
 
+def _split_dim(axis, rank, op):
+    if not -rank <= axis < rank:
+        raise InvalidArgumentError(f"-input rank(-{rank}) <= split_dim < input rank ({rank}), "
+                                   f"but got {axis} ({op})")
+    return axis + rank if axis < 0 else axis
+
+
 @shape_fn("Split")
 def split(inputs, attrs):
     a, x = inputs
@@ -132,7 +143,7 @@ def split(inputs, attrs):
     xs = x.shape
     if xs is None or axis is None:
         return [Spec(None if xs is None else (None,) * len(xs), x.dtype)] * n
-    axis = _axis(axis, len(xs), "Split", "split_dim")
+    axis = _split_dim(axis, len(xs), "Split")
     d = xs[axis]
     if d is not None and d % n:
         raise InvalidArgumentError(
@@ -154,7 +165,7 @@ def split_v(inputs, attrs):
     sizes = None if sz.value is None else sz.value.tolist()
     if xs is None or axis is None:
         return [Spec(None if xs is None else (None,) * len(xs), x.dtype)] * n
-    axis = _axis(axis, len(xs), "SplitV", "split_dim")
+    axis = _split_dim(axis, len(xs), "SplitV")
     d = xs[axis]
     if sizes is None:
         return [Spec(xs[:axis] + (None,) + xs[axis + 1:], x.dtype)] * n
@@ -167,15 +178,20 @@ def split_v(inputs, attrs):
     else:
         neg = [i for i, s in enumerate(sizes) if s == -1]
         if len(neg) > 1:
-            raise InvalidArgumentError(f"SplitV: there can only be one -1 in {sizes}")
+            raise InvalidArgumentError(
+                f"There can only be one -1 in the input. (SplitV: sizes {sizes})")
         for i, s in enumerate(sizes):
             if s < -1 or (s == -1 and i not in neg):
-                raise InvalidArgumentError(f"SplitV: split size at index {i} must be >= 0: {sizes}")
+                raise InvalidArgumentError(
+                    f"Split size at index {i} must be >= 0. Got: {s} (SplitV: sizes {sizes})")
         total = sum(s for s in sizes if s != -1)
         if d is not None:
             if (not neg and total != d) or (neg and total > d):
                 raise InvalidArgumentError(
-                    f"SplitV: split sizes {sizes} do not match dimension {axis} of {fmt_shape(xs)}")
+                    "Determined shape must either match input shape along split_dim exactly if "
+                    "fully specified, or be less than the size of the input along split_dim if "
+                    f"not fully specified.  Got: {total} (SplitV: sizes {sizes}, dimension "
+                    f"{axis} of {fmt_shape(xs)})")
             if neg:
                 sizes[neg[0]] = d - total
         elif neg:

@@ -16,8 +16,8 @@ def slice_bounds(xs, begin, size):
         if d == 0:
             if b != 0 or s not in (0, -1):
                 raise InvalidArgumentError(
-                    f"Slice: expected begin[{i}] == 0 (got {b}) and size[{i}] == 0 (got {s}) "
-                    f"when dimension {i} of {fmt_shape(xs)} is 0")
+                    f"Expected begin[{i}] == 0 (got {b}) and size[{i}] == 0 (got {s}) when "
+                    f"input.dim_size({i}) == 0 (Slice of {fmt_shape(xs)})")
             out.append((0, 0))
             continue
         if not 0 <= b <= d:

@@ -223,7 +223,8 @@ def invert_permutation(inputs, attrs):
 def fill(inputs, attrs):
     d, v = inputs
     if d.shape is not None and len(d.shape) > 1:
-        raise InvalidArgumentError(f"Fill: dims must be a vector, got shape {fmt_shape(d.shape)}")
+        raise InvalidArgumentError(f"dims must represent a vector, got shape "
+                                   f"{fmt_shape(d.shape)} (Fill)")
     if v.shape not in ((), (1,), (None,), None):  # TensorFlow also takes a 1-element vector
         raise InvalidArgumentError(f"value must represent a scalar, got shape {fmt_shape(v.shape)}")
     dims = d.value

@@ -93,18 +93,20 @@ def mirror_pad_amounts(shape, paddings, mode, grad):
     out = []
     for d, (lo, hi) in zip(shape, paddings):
         if lo < 0 or hi < 0:
-            raise InvalidArgumentError(f"{op}: paddings must be non-negative: {lo} {hi}")
+            raise InvalidArgumentError(   # stock's two kernels word it differently
+                f"Paddings must be non-negative: {lo}, {hi} ({op})" if grad else
+                f"paddings must be non-negative: {lo} {hi} ({op})")
         if grad and lo + hi >= d:
             raise InvalidArgumentError(
-                f"{op}: total paddings must be less than the input dimension size: {lo + hi} "
-                f"was not less than {d}")
+                f"Total paddings must be less than the input dimension size: {lo + hi} "
+                f"was not less than {d} ({op})")
         n = d - lo - hi if grad else d
         if (reflect and (lo >= n or hi >= n)) or (not reflect and (lo > n or hi > n)):
             where = "output dimension size" if grad else "dimension size"
-            raise InvalidArgumentError(
-                f"paddings must be less than{' or equal to' if not reflect else ''} the "
-                f"{where}: {lo}, {hi} not less than{' or equal to' if not reflect else ''} {n} "
-                f"({op} {mode}, input {fmt_shape(shape)})")
+            words = (f"paddings must be less than the {where}: {lo}, {hi} not less than {n}"
+                     if reflect else f"paddings must be no greater than the {where}: {lo}, "
+                     f"{hi} greater than {n}")
+            raise InvalidArgumentError(f"{words} ({op} {mode}, input {fmt_shape(shape)})")
         out.append((lo, hi))
     return out
 
@@ -119,8 +121,8 @@ def _mirror_pad(inputs, attrs, grad):
         raise InvalidArgumentError(f"MirrorPad: paddings must be a matrix with 2 columns: {fmt_shape(ps)}")
     if xs is not None and ps is not None and ps[0] not in (len(xs), None):
         raise InvalidArgumentError(
-            f"MirrorPad: the first dimension of paddings {fmt_shape(ps)} must be the rank of "
-            f"inputs {fmt_shape(xs)}")
+            f"The first dimension of paddings must be the rank of inputs{fmt_shape(ps)}"
+            f"{' ' if grad else ', '}{fmt_shape(xs)} ({'MirrorPadGrad' if grad else 'MirrorPad'})")
     if xs is None:
         r = ps[0] if ps is not None else None
         return [Spec(None if r is None else (None,) * r, x.dtype)]

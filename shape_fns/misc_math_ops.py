@@ -15,9 +15,9 @@ def clip_by_value(inputs, attrs):
     t, lo, hi = inputs
     if not (_same_or_scalar(lo.shape, t.shape) and _same_or_scalar(hi.shape, t.shape)):
         raise InvalidArgumentError(
-            "ClipByValue: clip_value_min and clip_value_max must be either of the same shape as "
-            f"input, or a scalar. input shape: {fmt_shape(t.shape)} clip_value_min shape: "
-            f"{fmt_shape(lo.shape)} clip_value_max shape: {fmt_shape(hi.shape)}")
+            "clip_value_min and clip_value_max must be either of the same shape as input, or a "
+            f"scalar. input shape: {fmt_shape(t.shape)}clip_value_min shape: "
+            f"{fmt_shape(lo.shape)}clip_value_max shape: {fmt_shape(hi.shape)} (ClipByValue)")
     return [Spec(t.shape, t.dtype)]
 
 

@@ -32,7 +32,8 @@ def range_size(start, limit, delta):
     with np.errstate(all="ignore"):
         n = np.ceil(np.abs((limit - start) / delta))
     if not n <= type(n)(_I64_MAX):
-        raise InvalidArgumentError(f"Range: requires ((limit - start) / delta) <= {_I64_MAX}")
+        raise InvalidArgumentError(f"Requires ((limit - start) / delta) <= {_I64_MAX} "
+                                   f"(Range: {start:g}, {limit:g}, {delta:g})")
     return int(n)
 
 

@@ -62,8 +62,8 @@ def plan(xs, begin, end, strides, bm, em, elm, nam, sam):
         else:
             if full == dims:
                 raise InvalidArgumentError(
-                    f"StridedSlice: index out of range using input dim {full}; input "
-                    f"{fmt_shape(xs)} has only {dims} dims")
+                    f"Index out of range using input dim {full}; input has only {dims} dims "
+                    f"(StridedSlice of {fmt_shape(xs)})")
             if begin is not None:
                 db[full] = begin[i]
             if end is not None:

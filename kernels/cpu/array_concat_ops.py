@@ -18,19 +18,20 @@ def concat_offset(inputs, outputs, attrs):
     shapes = [s.tolist() for s in inputs[1:]]
     r = len(shapes[0])
     if not -r <= dim < r:
-        raise InvalidArgumentError(f"ConcatOffset: concat dim is out of range: {dim} vs. {r}")
+        raise InvalidArgumentError(f"Concat dim is out of range: {dim} vs. {r} (ConcatOffset)")
     if dim < 0:
         dim += r
     offset = 0
     for k, (s, out) in enumerate(zip(shapes, outputs)):
         if len(s) != r:
             raise InvalidArgumentError(
-                f"ConcatOffset: input {k} should contain {r} elements, but got {len(s)}")
+                f"input {k} should contain {r} elements, but got {len(s)} (ConcatOffset)")
         for i in range(r):
             if i != dim and s[i] != shapes[0][i]:
                 raise InvalidArgumentError(
-                    f"ConcatOffset: all dimensions except {dim} must match. Input {k} has shape "
-                    f"{s} and doesn't match input 0 with shape {shapes[0]}")
+                    f"All dimensions except {dim} must match. Input {k} has shape "
+                    f"[{' '.join(map(str, s))}] and doesn't match input 0 with shape "
+                    f"[{' '.join(map(str, shapes[0]))}]. (ConcatOffset)")
         out.fill(0)
         out[dim] = offset
         offset += s[dim]
