@@ -121,7 +121,10 @@ def gather_axes(pr, ir, axis, batch_dims):
     if pr < 1:
         raise InvalidArgumentError("GatherV2: params must be at least 1 dimensional")
     if not -pr <= axis < pr:
-        raise InvalidArgumentError(f"GatherV2: expected axis in the range [{-pr}, {pr}), got {axis}")
+        # stock's kernel runs GatherV2's shape function first, which words it so
+        raise InvalidArgumentError(
+            f"Shape must be at least rank {axis + 1 if axis >= 0 else -axis} but is rank {pr} "
+            f"(GatherV2: axis {axis} of params of rank {pr})")
     if axis < 0:
         axis += pr
     if batch_dims:
@@ -132,7 +135,7 @@ def gather_axes(pr, ir, axis, batch_dims):
             batch_dims += ir
         if batch_dims >= pr:
             raise InvalidArgumentError(
-                f"GatherV2: batch_dims ({batch_dims}) must be less than rank(params) ({pr})")
+                f"batch_dims ({batch_dims}) must be less than rank(params) ({pr}). (GatherV2)")
         if axis < batch_dims:
             raise InvalidArgumentError(
                 f"GatherV2: batch_dims ({batch_dims}) must be less than or equal to axis ({axis})")

@@ -262,16 +262,23 @@ def rank(inputs, attrs):
     return [Spec((), I32)]
 
 
+def _broadcastable(a, b):
+    return all(x == y or x == 1 or y == 1 for x, y in zip(a[::-1], b[::-1]))
+
+
 @shape_fn("BroadcastTo")
 def broadcast_to(inputs, attrs):
     x, s = inputs
+    if s.shape is not None and len(s.shape) != 1:
+        raise InvalidArgumentError(f"shape must be a vector of {{int32,int64}}, got shape "
+                                   f"{fmt_shape(s.shape)} (BroadcastTo)")
     dims = _vec(s, "shape", "BroadcastTo")
     xs = x.shape
     if dims is None:
         return [unknown(x.dtype, s.shape[0] if s.shape else None)]
     for d in dims:
         if d < 0:
-            raise InvalidArgumentError(f"BroadcastTo: dimension {d} must be >= 0 in {dims}")
+            raise InvalidArgumentError(f"Dimension {d} must be >= 0 (BroadcastTo to {dims})")
     if xs is not None:
         if len(xs) > len(dims):
             raise InvalidArgumentError(
@@ -279,8 +286,12 @@ def broadcast_to(inputs, attrs):
                 f"({len(dims)}). (input {fmt_shape(xs)}, output {fmt_shape(dims)})")
         for a, b in zip(xs[::-1], dims[::-1]):
             if a is not None and a != b and a != 1:
+                # stock's BCast: shapes that broadcast together, to another shape than the
+                # target, and shapes that do not broadcast at all are worded differently
                 raise InvalidArgumentError(
-                    f"Incompatible shapes: {fmt_shape(xs)} vs. {fmt_shape(dims)}")
+                    f"Unable to broadcast tensor of shape {fmt_shape(xs)} to tensor of shape "
+                    f"{fmt_shape(dims)} (BroadcastTo)" if _broadcastable(xs, dims) else
+                    f"Incompatible shapes: {fmt_shape(xs)} vs. {fmt_shape(dims)} (BroadcastTo)")
     return [Spec(dims, x.dtype)]
 
 

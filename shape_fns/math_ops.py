@@ -130,6 +130,11 @@ def select_v2(inputs, attrs):
 def select(inputs, attrs):
     c, t, e = inputs
     dt = same_dtype([t, e], "Select")
+    if c.shape is not None and t.shape is not None and len(c.shape) != 0 and not (
+            len(c.shape) == 1 and len(t.shape) > 1):
+        # cond, then and else of one shape: stock's words, its inputs numbered 0-2
+        return [Spec(merge_shapes([c.shape, t.shape, e.shape],
+                                  "Inputs to operation Select of type Select"), dt)]
     shape = merge_shapes([t.shape, e.shape], "'then' and 'else'")
     if c.shape is None or shape is None or len(c.shape) == 0:
         return [Spec(shape, dt)]

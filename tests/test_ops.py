@@ -62,14 +62,14 @@ def _error_params():
 # ops whose error messages carry stock's own words, our details after them (issue 17; the
 # other ops with error cases still word theirs differently)
 STOCK_WORDS = set("""Add AddN AddV2 All Any ArgMax ArgMin Atan2 BatchMatMulV2 BatchMatMulV3 BiasAdd BiasAddGrad
-BitwiseAnd BitwiseOr BitwiseXor BroadcastGradientArgs ClipByValue ConcatOffset ConcatV2 Cumprod
-Cumsum Div DivNoNan EluGrad Equal ExpandDims Fill FloorDiv FloorMod MirrorPad MirrorPadGrad Range
+BitwiseAnd BitwiseOr BitwiseXor BroadcastGradientArgs BroadcastTo ClipByValue ConcatOffset ConcatV2 Cumprod
+Cumsum Div DivNoNan EluGrad Equal ExpandDims Fill FloorDiv FloorMod GatherV2 MirrorPad MirrorPadGrad Range
 Slice Split SplitV StridedSlice FusedBatchNormGradV3 FusedBatchNormV2 FusedBatchNormV3 GatherNd
 Greater GreaterEqual InvGrad InvertPermutation LeakyReluGrad LeftShift Less LessEqual LogSoftmax
 LogicalAnd LogicalOr Max MaxPoolGrad Maximum Mean Min Minimum Mul MulNoNan NotEqual OneHot Pack
 Pad PadV2 Pow Prod RealDiv ReciprocalGrad Relu6Grad ReluGrad Reshape ResizeBilinear
 ResizeBilinearGrad ResizeNearestNeighbor ResizeNearestNeighborGrad ReverseV2 RightShift
-RsqrtGrad SelectV2 SeluGrad SigmoidGrad Softmax SoftmaxCrossEntropyWithLogits SoftplusGrad
+RsqrtGrad Select SelectV2 SeluGrad SigmoidGrad Softmax SoftmaxCrossEntropyWithLogits SoftplusGrad
 SoftsignGrad SparseSoftmaxCrossEntropyWithLogits SqrtGrad SquaredDifference Squeeze
 StridedSliceGrad Sub Sum TanhGrad Tile TopKV2 Transpose TruncateDiv TruncateMod Unpack
 UnsortedSegmentSum Where Xdivy Xlog1py Xlogy""".split())
