@@ -64,19 +64,20 @@ def label_dims(ins, shapes):
         named = len(t) - (ELL in t)
         if (ELL in t and len(s) < named) or (ELL not in t and len(s) != named):
             raise InvalidArgumentError(
-                f"Einsum: expected input {i} to have rank {named} but got: {len(s)}")
+                f"Expected input {i} to have rank {named} but got: {len(s)} (Einsum)")
         k = t.index(ELL) if ELL in t else len(t)
         e = len(s) - named
         ells.append(tuple(s[k:k + e]))
         for j, c in enumerate(t):
             if c == ELL:
                 continue
-            d = s[j] if j < k else s[j - 1 + e]
+            axis = j if j < k else j - 1 + e
+            d = s[axis]
             old = dims.get(c)
             if old is not None and d is not None and old != d:
                 raise InvalidArgumentError(
-                    f"Einsum: expected dimension {old} for label {c!r} of input {i} shaped "
-                    f"{fmt_shape(s)} but got dimension {d}")
+                    f"Expected dimension {old} at axis {axis} of the input shaped "
+                    f"{fmt_shape(s)} but got dimension {d} (Einsum: label {c!r} of input {i})")
             if old is None:
                 dims[c] = d
     return dims, ells
@@ -86,12 +87,12 @@ def ellipsis_shape(ells, shapes, out):
     bshape = ells[0] if len(ells) == 1 else _broadcast(*ells)
     if bshape is None:
         raise InvalidArgumentError(
-            "Einsum: inputs must have compatible batch dimensions: "
-            + " vs. ".join(fmt_shape(s) for s in shapes))
+            "Invalid broadcasting dimensions: " + " vs. ".join(fmt_shape(s) for s in shapes)
+            + " (Einsum)")
     if bshape and ELL not in out:
         raise InvalidArgumentError(
-            f"Einsum: output contains {len(bshape)} broadcasting dimension(s) but no ellipsis "
-            "(...) was found in the output subscripts.")
+            f"Output contains {len(bshape)} broadcasting dimension(s) but no ellipsis "
+            "(...) was found in the output subscripts. (Einsum)")
     return bshape
 
 

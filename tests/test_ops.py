@@ -63,7 +63,7 @@ def _error_params():
 # other ops with error cases still word theirs differently)
 STOCK_WORDS = set("""Add AddN AddV2 All Any ArgMax ArgMin Atan2 BatchMatMulV2 BatchMatMulV3 BiasAdd BiasAddGrad
 BitwiseAnd BitwiseOr BitwiseXor BroadcastGradientArgs BroadcastTo ClipByValue ConcatOffset ConcatV2 Cumprod
-Cumsum Div DivNoNan EluGrad Equal ExpandDims Fill FloorDiv FloorMod GatherV2 MirrorPad MirrorPadGrad Range
+Cumsum Div DivNoNan Einsum EluGrad Equal ExpandDims Fill FloorDiv FloorMod GatherV2 MirrorPad MirrorPadGrad Range
 Slice Split SplitV StridedSlice FusedBatchNormGradV3 FusedBatchNormV2 FusedBatchNormV3 GatherNd
 Greater GreaterEqual InvGrad InvertPermutation LeakyReluGrad LeftShift Less LessEqual LogSoftmax
 LogicalAnd LogicalOr Max MaxPoolGrad Maximum Mean Min Minimum Mul MulNoNan NotEqual OneHot Pack
