@@ -70,14 +70,14 @@ def scatter_nd_check(ishape, ushape, oshape):
         bad(f"Updates shape must have rank at least one. Found:{fmt_shape(ushape)}")
     for d in oshape:
         if d < 0:
-            bad(f"dimension {d} must be >= 0")
+            bad(f"Dimension {d} must be >= 0")
     ni, nu = _prod(ishape), _prod(ushape)
 
     def valid_empty(n):  # TensorFlow's ValidEmptyOutputShape
         return (ni == 0 and nu == 0) or (n != 0 and ni != 0 and nu != 0)
 
     if not valid_empty(len(oshape)):
-        bad("indices and updates specified for empty output shape")
+        bad("Indices and updates specified for empty output shape")
     outer = len(ishape) - 1
     for k in range(outer):
         if ishape[k] != ushape[k]:
@@ -86,18 +86,20 @@ def scatter_nd_check(ishape, ushape, oshape):
                 f"dimensions [0,{outer}) of updates[shape={fmt_shape(ushape)}]")
     ix = ishape[outer]
     if len(ushape) - outer != len(oshape) - ix:
-        bad(f"dimensions [{ix},{len(oshape)}) of shape must match dimensions "
-            f"[{outer},{len(ushape)}) of updates")
+        bad(f"Dimensions [{ix},{len(oshape)}) of input[shape={fmt_shape(oshape)}] must match "
+            f"dimensions [{outer},{len(ushape)}) of updates[shape={fmt_shape(ushape)}]")
     for k in range(len(ushape) - outer):
         if ushape[k + outer] != oshape[ix + k]:
-            bad(f"dimensions [{ix},{len(oshape)}) of shape must match dimensions "
-                f"[{outer},{len(ushape)}) of updates")
+            bad(f"Dimensions [{ix},{len(oshape)}) of input[shape={fmt_shape(oshape)}] must "
+                f"match dimensions [{outer},{len(ushape)}) of updates[shape={fmt_shape(ushape)}]")
     if len(oshape) < 1:
         bad("output must be at least 1-D")
     if not valid_empty(_prod(oshape)):
-        bad("indices and updates specified for empty output")
+        bad(f"Indices and updates specified for empty output.  indices shape: "
+            f"{fmt_shape(ishape)}")
     if ushape[0] != ishape[0]:
-        bad("the outermost dimensions of indices and updates must match")
+        bad(f"Dimensions [0,1) of indices[shape={fmt_shape(ishape)}] = {ishape[0]} must match "
+            f"dimensions [0,1) of updates[shape={fmt_shape(ushape)}] = {ushape[0]}")
     # ValidateUpdateShape: rank-1 indices count as a column of scalar indices here.
     sdim = ishape[-1] if len(ishape) > 1 else 1
     bdim = len(ishape) - 1 if len(ishape) > 1 else 1
@@ -107,7 +109,9 @@ def scatter_nd_check(ishape, ushape, oshape):
             or any(ushape[k + bdim] != oshape[k + sdim] for k in range(len(ushape) - bdim))):
         bad("must have updates.shape = indices.shape[:batch_dim] + shape[slice_dim:]")
     if _prod(oshape) > 0 and not 1 <= sdim <= 7:
-        bad(f"only indices.shape[-1] values between 1 and 7 are supported, got {sdim}")
+        # stock's words (its kernels take 1 to 7)
+        bad(f"Only indices.shape[-1] values between 1 and 5 are currently supported.  "
+            f"Requested rank: {sdim}")
     return sdim
 
 
@@ -117,14 +121,14 @@ def scatter_nd(inputs, attrs):
     _policy(attrs)
     ss = s.shape
     if ss is not None and len(ss) != 1:
-        raise InvalidArgumentError(f"ScatterNd: shape must be a vector, got {fmt_shape(ss)}")
+        raise InvalidArgumentError(f"Shape must be a vector (ScatterNd: got {fmt_shape(ss)})")
     if s.value is None:
         r = ss[0] if ss else None
         return [Spec(None if r is None else (None,) * r, u.dtype)]
     out = [int(d) for d in s.value.reshape(-1)]
     for d in out:
         if d < 0:
-            raise InvalidArgumentError(f"ScatterNd: dimension {d} must be >= 0 (shape {out})")
+            raise InvalidArgumentError(f"Dimension {d} must be >= 0 (ScatterNd shape {out})")
     if i.fully_defined and u.fully_defined:
         scatter_nd_check(i.shape, u.shape, out)
     return [Spec(out, u.dtype)]
@@ -141,7 +145,7 @@ def tensor_scatter_check(ishape, ushape, tshape):
         bad("indices and updates must have rank at least one")
     n, ni, nu = _prod(tshape), _prod(ishape), _prod(ushape)
     if not ((ni == 0 and nu == 0) or (n != 0 and ni != 0 and nu != 0)):
-        bad("indices and updates specified for empty output shape")
+        bad("Indices and updates specified for empty output shape")
     outer = len(ishape) - 1
     if any(ishape[k] != ushape[k] for k in range(outer)):
         raise InvalidArgumentError(

@@ -69,9 +69,9 @@ Greater GreaterEqual InvGrad InvertPermutation LeakyReluGrad LeftShift Less Less
 LogicalAnd LogicalOr Max MaxPoolGrad Maximum Mean Min Minimum Mul MulNoNan NotEqual OneHot Pack
 Pad PadV2 Pow Prod RealDiv ReciprocalGrad Relu6Grad ReluGrad Reshape ResizeBilinear
 ResizeBilinearGrad ResizeNearestNeighbor ResizeNearestNeighborGrad ReverseV2 RightShift
-RsqrtGrad Select SelectV2 SeluGrad SigmoidGrad Softmax SoftmaxCrossEntropyWithLogits SoftplusGrad
+RsqrtGrad ScatterNd Select SelectV2 SeluGrad SigmoidGrad Softmax SoftmaxCrossEntropyWithLogits SoftplusGrad
 SoftsignGrad SparseSoftmaxCrossEntropyWithLogits SqrtGrad SquaredDifference Squeeze
-StridedSliceGrad Sub Sum TanhGrad Tile TopKV2 Transpose TruncateDiv TruncateMod Unpack
+StridedSliceGrad Sub Sum TanhGrad TensorScatterAdd TensorScatterSub TensorScatterUpdate Tile TopKV2 Transpose TruncateDiv TruncateMod Unpack
 UnsortedSegmentSum Where Xdivy Xlog1py Xlogy""".split())
 
 
