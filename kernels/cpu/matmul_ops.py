@@ -74,11 +74,19 @@ def _product(x, y, out, y_stays=False):
         _int_matmul(x, y, out)
 
 
+_TINY_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 @kernel("MatMul", dtypes=NUM + HALF)
 def matmul(inputs, outputs, attrs):
     a, b = inputs
-    _product(a.T if attrs["transpose_a"] else a, b.T if attrs["transpose_b"] else b, outputs[0],
-             attrs.get("_filter_is_variable", False))
+    a = a.T if attrs["transpose_a"] else a
+    b = b.T if attrs["transpose_b"] else b
+    out = outputs[0]
+    if out.size * a.shape[1] < gemm.TINY and out.dtype in _TINY_FLOATS:
+        quiet(np.matmul, a, b, out=out)   # what gemm.matmul does with it, three calls sooner
+        return
+    _product(a, b, out, attrs.get("_filter_is_variable", False))
 
 
 @kernel("BatchMatMul", "BatchMatMulV2", dtypes=NUM + HALF)
