@@ -33,6 +33,29 @@ def cache_dir():
         os.path.expanduser("~"), ".cache", "tf_backend")
 
 
+def read_cache_json(name):
+    """The JSON value kept as `name` in cache_dir(), or {} when missing or unreadable."""
+    import json
+    try:
+        with open(os.path.join(cache_dir(), name)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def write_cache_json(name, value):
+    """Replace `name` in cache_dir() with `value` at once (through a temporary file of this
+    process and thread, so concurrent writers never leave half a file); OSError propagates."""
+    import json
+    import threading
+    path = os.path.join(cache_dir(), name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(value, f, indent=0, sort_keys=True)
+    os.replace(tmp, path)
+
+
 class KernelDef:
     __slots__ = ("op", "device", "fn", "dtypes", "type_attr", "name")
 

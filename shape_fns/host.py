@@ -36,6 +36,11 @@ def cpu_model():
     return _cpuinfo()[0]
 
 
+def cpu_key():
+    """The CPU as measured choices are kept per it: model name and how many flags it has."""
+    return f"{cpu_model() or 'unknown'} [{len(cpu_flags())} flags]"
+
+
 # TensorFlow turns its oneDNN ops on by default only on CPUs with these (util.cc IsMKLEnabled:
 # AVX512_VNNI, AVX512_BF16, AVX_VNNI, AMX); elsewhere (an AVX2-only EPYC, measured: stock's
 # float32 convolution backprops then refuse dilations, as Eigen's do) TF_ENABLE_ONEDNN_OPTS=1

@@ -29,6 +29,7 @@ OPS = {"MatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "Conv2DBackpropInpu
        "Conv2DBackpropFilter", "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
        "DepthwiseConv2dNativeBackpropFilter", "MaxPoolGrad", "AvgPoolGrad", "FusedBatchNormV3",
        "FusedBatchNormGradV3"}
+TABLE = "autotune.json"   # in kernels.cache_dir()
 RUNS = 3          # timed runs per side, after one warm-up run each
 MARGIN = 1.05     # TensorFlow's kernel must win by more than this to be chosen (noise)
 
@@ -42,41 +43,25 @@ def mode():
     return v if v in ("off", "cache", "measure") else "off"
 
 
-def _cpu_model():
-    from shape_fns.host import cpu_flags, cpu_model
-    return f"{cpu_model() or 'unknown'} [{len(cpu_flags())} flags]"
-
-
-def _path():
-    import kernels
-    return os.path.join(kernels.cache_dir(), "autotune.json")
-
-
 def _load():
     global _table
     if _table is None:
-        try:
-            with open(_path()) as f:
-                _table = json.load(f)
-        except (OSError, ValueError):
-            _table = {}
+        import kernels
+        _table = kernels.read_cache_json(TABLE)
     return _table
 
 
 def _save():
-    path = _path()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(_table, f, indent=0, sort_keys=True)
-    os.replace(tmp, path)
+    import kernels
+    kernels.write_cache_json(TABLE, _table)
 
 
 def key(node, arrays):
     attrs = {k: (v.name if isinstance(v, np.dtype) else v) for k, v in sorted(node.attrs.items())
              if not k.startswith("_")}
     ins = [f"{a.dtype.name}{list(a.shape)}" for a in arrays]
-    return json.dumps([node.op, attrs, ins, _cpu_model()], default=str)
+    from shape_fns.host import cpu_key
+    return json.dumps([node.op, attrs, ins, cpu_key()], default=str)
 
 
 def candidate(node):

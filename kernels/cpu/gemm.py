@@ -23,7 +23,6 @@ depends on its shape only, so its bits do not depend on the threads.
 """
 import ctypes
 import glob
-import json
 import math
 import os
 import threading
@@ -416,43 +415,33 @@ def _choice_key(a, b, out, bt):
             b.strides[1] == it, src)
 
 
+_CHOICE_TABLE = "gemm_choice.json"   # in kernels.cache_dir(): {host key: {shape key: kernel}}
+
+
 def _host_key():
-    from shape_fns.host import cpu_flags, cpu_model
-    return f"{cpu_model() or 'unknown'} [{len(cpu_flags())} flags] pool={_blocks()}"
-
-
-def _choice_path():
-    import kernels
-    return os.path.join(kernels.cache_dir(), "gemm_choice.json")
+    from shape_fns.host import cpu_key
+    return f"{cpu_key()} pool={_blocks()}"
 
 
 def _disk_table():
     if _choice_file["table"] is None:
         table = {}
         if os.environ.get("TF_BACKEND_AUTOTUNE", "").strip().lower() != "measure":
-            try:
-                with open(_choice_path()) as f:
-                    table = json.load(f).get(_host_key(), {})
-            except (OSError, ValueError, AttributeError):
-                table = {}
+            import kernels
+            whole = kernels.read_cache_json(_CHOICE_TABLE)
+            table = whole.get(_host_key(), {}) if isinstance(whole, dict) else {}
         _choice_file["table"] = table
     return _choice_file["table"]
 
 
 def _record(key, choice):
-    path = _choice_path()
+    import kernels
+    whole = kernels.read_cache_json(_CHOICE_TABLE)   # another process may have added some
+    if not isinstance(whole, dict):
+        whole = {}
+    whole.setdefault(_host_key(), {})[key] = choice
     try:
-        try:
-            with open(path) as f:
-                whole = json.load(f)
-        except (OSError, ValueError):
-            whole = {}
-        whole.setdefault(_host_key(), {})[key] = choice
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(whole, f, indent=0, sort_keys=True)
-        os.replace(tmp, path)
+        kernels.write_cache_json(_CHOICE_TABLE, whole)
     except OSError:   # a read-only cache directory: the choice still holds for this process
         pass
 
@@ -486,7 +475,6 @@ def _choose(key, a, b, out, bt, jobs):
 
 def _measure(a, b, bt, out, jobs, cands):
     scratch = np.empty_like(out)
-    M, N = out.shape
     if jobs is not None:    # the same blocks, written to the scratch output
         jobs = jobs.copy()
         jobs[:, 9] += scratch.ctypes.data - out.ctypes.data
