@@ -16,7 +16,10 @@ except ImportError:  # pragma: no cover - without it no array can be bfloat16 an
     pass
 
 KERNELS = {}          # (op_type, device) -> [KernelDef]
-DEVICE_MODULES = {"cpu": (
+DEVICE_MODULES = {"cuda": (
+    "elementwise", "matmul_ops", "conv_ops", "pooling_ops", "reduction_ops", "nn_ops",
+    "array_ops",
+), "cpu": (
     "elementwise", "math_ops", "reduction_ops", "matmul_ops", "array_ops", "array_concat_ops",
     "array_index_ops", "strided_slice", "nn_ops", "conv_ops", "pooling_ops",
     "gather_scatter_ops", "scan_ops", "misc_math_ops", "image_ops", "einsum_ops", "norm_ops",
@@ -54,6 +57,32 @@ def write_cache_json(name, value):
     with open(tmp, "w") as f:
         json.dump(value, f, indent=0, sort_keys=True)
     os.replace(tmp, path)
+
+
+# Inputs an op reads on the host (TensorFlow's HostMemory declarations): shapes, axes,
+# paddings, sizes. On a device whose memory the host cannot touch, the runtime hands a kernel
+# these inputs as host numpy arrays (constants kept on the host at load, anything else copied
+# out once) and every other input as a device buffer; shape fns see values only of these.
+# Negative indices count from the end (ConcatV2's axis follows its N values).
+HOST_INPUTS = {
+    "Reshape": (1,), "Transpose": (1,), "ConjugateTranspose": (1,), "ExpandDims": (1,),
+    "ConcatV2": (-1,), "Concat": (0,), "Pad": (1,), "PadV2": (1,), "MirrorPad": (1,),
+    "Sum": (1,), "Mean": (1,), "Max": (1,), "Min": (1,), "Prod": (1,), "All": (1,),
+    "Any": (1,), "ArgMax": (1,), "ArgMin": (1,), "EuclideanNorm": (1,),
+    "Tile": (1,), "Slice": (1, 2), "StridedSlice": (1, 2, 3), "StridedSliceGrad": (0, 1, 2, 3),
+    "Fill": (0,), "Range": (0, 1, 2), "GatherV2": (2,), "OneHot": (1,), "Cumsum": (1,),
+    "Cumprod": (1,), "Split": (0,), "SplitV": (1, 2), "BroadcastTo": (1,),
+    "ResizeBilinear": (1,), "ResizeNearestNeighbor": (1,), "ReverseV2": (1,), "Roll": (1, 2),
+    "TopKV2": (1,), "ScatterNd": (2,), "MatrixBandPart": (1, 2), "UnsortedSegmentSum": (2,),
+    "Conv2DBackpropInput": (0,), "Conv2DBackpropFilter": (1,),
+    "DepthwiseConv2dNativeBackpropInput": (0,), "DepthwiseConv2dNativeBackpropFilter": (1,),
+    "BroadcastGradientArgs": (0, 1),
+}
+
+
+def host_inputs(op, n_inputs):
+    """The input positions `op` reads on the host, for a node with n_inputs inputs."""
+    return tuple(sorted({i % n_inputs for i in HOST_INPUTS.get(op, ()) if -n_inputs <= i < n_inputs}))
 
 
 class KernelDef:

@@ -32,8 +32,9 @@ def test_cpu_device_implements_the_contract():
     out = cpu.allocate((2, 3), np.float32)
     kdef.fn([inp, inp], [out], {"T": np.dtype(np.float32)})
     cpu.synchronize()
-    res = cpu.copy_out(out)
+    res = cpu.copy_out(out, owned=True)
     np.testing.assert_array_equal(res, 2 * x)
+    assert res is out and cpu.copy_out(out) is not out   # borrowed buffers are copied
     assert not np.shares_memory(cpu.copy_out(inp), x)   # shared memory is copied out
     assert cpu.lookup("NoSuchOp", {}) == (None, "not_registered")
     assert cpu.lookup("AddV2", {"T": np.dtype("complex64")})[1].startswith("dtype:")

@@ -127,10 +127,10 @@ def test_bad_files_raise_program_file_error(mlp_file, tmp_path):
     _, path = mlp_file
     blob = path.read_bytes()
 
-    other = tmp_path / "v2.tfbp"
-    _rewrite(path, other, lambda h: h.update(format_version=2))
-    with pytest.raises(ProgramFileError, match="v2.tfbp: format version 2; this runtime reads "
-                                               "version 1") as e:
+    other = tmp_path / "v3.tfbp"
+    _rewrite(path, other, lambda h: h.update(format_version=3))
+    with pytest.raises(ProgramFileError, match="v3.tfbp: format version 3; this runtime reads "
+                                               "version 1 and 2") as e:
         runtime.load(str(other))
     assert e.value.path == str(other)
 

@@ -56,11 +56,12 @@ def clear_caches():
     alloc.trim()
 
 
-def export(fn_or_model, input_specs, path, name=None):
+def export(fn_or_model, input_specs, path, name=None, weights_dtype=None):
     """Write `fn_or_model` (tf.function, Keras model, callable) compiled for `input_specs` to a
-    program file that `tf_backend.runtime.load(path)` runs without TensorFlow."""
+    program file that `tf_backend.runtime.load(path)` runs without TensorFlow; weights_dtype
+    ("float16"/"bfloat16") stores float weights rounded to half the size."""
     from .exporter import export as _export
-    return _export(fn_or_model, input_specs, path, name)
+    return _export(fn_or_model, input_specs, path, name, weights_dtype)
 
 
 def report(path="-"):

@@ -16,12 +16,15 @@ from .runtime.errors import ExportError
 EXPORT_PASSES = (identity, canonicalize, shapes, const_fold, dce)
 
 
-def export(fn_or_model, input_specs, path, name=None):
+def export(fn_or_model, input_specs, path, name=None, weights_dtype=None):
     """Compile `fn_or_model` for `input_specs` and write it to `path`; returns the header.
 
     fn_or_model: a tf.function, a Keras model (called with training=False) or a Python callable.
     input_specs: tf.TensorSpec, numpy array (its shape/dtype) or (shape, dtype) per input; a
     single one may be given bare. None dims stay dynamic (shape fns run per call).
+    weights_dtype: "float16" or "bfloat16" stores float32/float64 constants rounded to that type
+    (half the file; the loader widens them back, so the program computes as before on rounded
+    weights); None keeps them exact.
     """
     import tensorflow as tf
     specs = _tensor_specs(tf, input_specs)
@@ -37,8 +40,24 @@ def export(fn_or_model, input_specs, path, name=None):
         p.run(prog)
         prog.finalize()
     header, blobs = _serialize(prog, cf, tf)
-    fmt.write(path, header, blobs)
+    version = fmt.FORMAT_VERSION
+    if weights_dtype is not None:
+        blobs, version = _narrow(blobs, weights_dtype), 2
+        header["weights_dtype"] = np.dtype(weights_dtype).name
+    fmt.write(path, header, blobs, version)
     return header
+
+
+def _narrow(blobs, weights_dtype):
+    """Float constants of more than 16 bits stored as `weights_dtype` (format version 2)."""
+    try:
+        wd = np.dtype(weights_dtype)
+    except TypeError:
+        raise ExportError(f"weights_dtype {weights_dtype!r} is not a dtype numpy knows") from None
+    if wd.name not in ("float16", "bfloat16"):
+        raise ExportError(f"weights_dtype must be float16 or bfloat16, not {wd.name}")
+    return {k: v.astype(wd) if v.dtype.kind == "f" and v.dtype.itemsize > 2 else v
+            for k, v in blobs.items()}
 
 
 def _tensor_specs(tf, input_specs):

@@ -17,23 +17,25 @@ class Capabilities:
     """What a device can do; the runtime asks these instead of naming devices.
 
     dtypes: numpy dtypes its kernels take; supports_programs: runs whole programs (not only
-    single ops); host_memory: buffers are numpy arrays the host can read without a copy;
-    views: Reshape/Squeeze/ExpandDims may be zero-copy views of a buffer; streams: kernels are
-    queued asynchronously (`synchronize` waits for them).
+    single ops); host_memory: buffers are numpy arrays the host can read without a copy (when
+    False, the runtime hands kernels their host inputs, kernels.HOST_INPUTS, as host arrays and
+    touches nothing else); views: Reshape/Squeeze/ExpandDims are `view`s of a buffer; streams:
+    kernels are queued asynchronously (the runtime calls `synchronize` only before a value
+    crosses to the host); graphs: `record(body)` captures a run for replay (a CUDA graph).
     """
 
-    __slots__ = ("dtypes", "supports_programs", "host_memory", "views", "streams")
+    __slots__ = ("dtypes", "supports_programs", "host_memory", "views", "streams", "graphs")
 
     def __init__(self, dtypes, supports_programs=True, host_memory=True, views=True,
-                 streams=False):
+                 streams=False, graphs=False):
         self.dtypes = frozenset(np.dtype(d) for d in dtypes)
         self.supports_programs, self.host_memory = supports_programs, host_memory
-        self.views, self.streams = views, streams
+        self.views, self.streams, self.graphs = views, streams, graphs
 
     def as_dict(self):
         return {"dtypes": sorted(d.name for d in self.dtypes),
                 "supports_programs": self.supports_programs, "host_memory": self.host_memory,
-                "views": self.views, "streams": self.streams}
+                "views": self.views, "streams": self.streams, "graphs": self.graphs}
 
 
 class Device:
@@ -61,9 +63,25 @@ class Device:
         """A buffer holding a host numpy array's data (kernels never write it)."""
         return np.asarray(array)
 
-    def copy_out(self, buffer):
-        """A host numpy array the caller owns, with the buffer's data."""
+    def copy_out(self, buffer, owned=False):
+        """A host numpy array the caller owns, with the buffer's data. owned: the runtime
+        allocated this buffer in this call and nobody else holds it (a host-memory device may
+        hand it over without a copy). Waits for queued work that writes the buffer."""
         return np.array(buffer)
+
+    def copy_into(self, buffer, array):
+        """Write a host array's data into an existing buffer (recorded runs' inputs)."""
+        buffer[...] = array
+
+    def view(self, buffer, shape):
+        """The buffer's data in another shape (Reshape/Squeeze/ExpandDims, when
+        `capabilities.views`); the runtime never writes through it."""
+        return buffer.reshape(shape)
+
+    def record(self, body):
+        """Run `body()` once while recording its kernels; returns an object whose `replay()`
+        runs them again on the same buffers (only with `capabilities.graphs`)."""
+        raise DeviceError(f"device {self.name!r} does not record runs")
 
     def lookup(self, op, attrs):
         """The kernel for a TensorFlow op type with these canonical attrs: (kernel, None) or

@@ -32,10 +32,20 @@ class CpuDevice(Device):
         a.flags.writeable = False
         return a
 
-    def copy_out(self, buffer):
-        # a writable buffer was allocated by this call; anything else (a constant, a view of
-        # the caller's input) is shared and gets copied
-        return buffer if buffer.flags.writeable else np.array(buffer)
+    def copy_out(self, buffer, owned=False):
+        # an owned buffer was allocated by this call and is handed over; anything else (a
+        # constant, a view of the caller's input) is shared and gets copied
+        return buffer if owned else np.array(buffer)
+
+    def view(self, buffer, shape):
+        a = buffer
+        if not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a) if a.ndim else a.copy()
+        v = a.reshape(shape)
+        # read-only: the buffer may still be read through its other name (the inplace pass
+        # counts readers per slot, and the runtime records a view as borrowed)
+        v.flags.writeable = False
+        return v
 
     def lookup(self, op, attrs):
         return kernels.lookup(op, "cpu", attrs)

@@ -9,12 +9,19 @@ from .format import FORMAT_VERSION  # noqa: F401
 from .program import LoadedProgram
 
 
-def load(path, device="cpu"):
-    """Load a program file for `device` (a name from tf_backend.devices, or a Device)."""
+def load(path, device="cpu", dtype=None, replay=True):
+    """Load a program file for `device` (a name from tf_backend.devices, or a Device).
+
+    dtype: "float16" (or "bfloat16") runs a float32 program in that type: every float32 slot,
+    constant, input and dtype attr becomes `dtype` (as PyTorch's `.half()`); inputs are then
+    given in `dtype`. replay: let a device that records runs (CUDA graphs) replay them.
+    """
     from . import format as fmt
     dev = devices.get(device) if isinstance(device, str) else device
     dev.load()
     if not dev.capabilities.supports_programs:
         raise devices.DeviceError(f"device {dev.name!r} does not run programs")
     header, blobs = fmt.read(path)
-    return LoadedProgram(header, blobs, dev, path)
+    if dtype is not None:
+        header, blobs = fmt.retype(header, blobs, "float32", dtype)
+    return LoadedProgram(header, blobs, dev, path, replay=replay)

@@ -15,7 +15,8 @@ import numpy as np
 from .errors import ProgramFileError
 
 MAGIC = "tf_backend.program"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1     # what a writer writes unless a file needs version 2
+READS = (1, 2)         # 2: a float constant may be stored narrower than its slot (weights_dtype)
 HEADER = "program.json"
 KINDS = ("kernel", "alias", "noop")
 
@@ -54,10 +55,10 @@ def decode_attr(v):
     return v
 
 
-def write(path, header, blobs):
+def write(path, header, blobs, version=FORMAT_VERSION):
     """Write a program file. header: the JSON-able dict (magic/version added here);
     blobs: {entry name: numpy array}."""
-    header = {"magic": MAGIC, "format_version": FORMAT_VERSION, **header}
+    header = {"magic": MAGIC, "format_version": version, **header}
     tmp = f"{path}.tmp"
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as zf:
         zf.writestr(HEADER, json.dumps(header, indent=1, allow_nan=False))
@@ -88,9 +89,10 @@ def read(path):
         if not isinstance(header, dict) or header.get("magic") != MAGIC:
             raise ProgramFileError(path, "not a tf_backend program file (bad magic)")
         version = header.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READS:
             raise ProgramFileError(path, f"format version {version!r}; this runtime reads version "
-                                         f"{FORMAT_VERSION} (re-export with a matching tf_backend)")
+                                         f"{' and '.join(map(str, READS))} (re-export with a "
+                                         f"matching tf_backend)")
         blobs = {}
         for name in {b for _, b in header.get("consts", ())}:
             try:
@@ -103,3 +105,36 @@ def read(path):
             arr.flags.writeable = False
             blobs[name] = arr
     return header, blobs
+
+
+def retype(header, blobs, old, new):
+    """A program's header and weights with every `old` dtype (slots, inputs, constants, node
+    attrs and output specs) made `new`: a float32 program run in float16. Pure data."""
+    old, new = np.dtype(old).name, np.dtype(new).name
+
+    def attr(v):
+        if isinstance(v, dict) and v.get("dtype") == old:
+            return {"dtype": new}
+        if isinstance(v, list):
+            return [attr(e) for e in v]
+        if isinstance(v, dict) and "tuple" in v:
+            return {"tuple": [attr(e) for e in v["tuple"]]}
+        return v
+
+    h = json.loads(json.dumps(header))
+    h["slot_specs"] = [[s, new if d == old else d, shape] for s, d, shape in h["slot_specs"]]
+    for i in h["inputs"]:
+        i["dtype"] = new if i["dtype"] == old else i["dtype"]
+    for n in h["nodes"]:
+        n["attrs"] = {k: attr(v) for k, v in n.get("attrs", {}).items()}
+        if n.get("out_specs") is not None:
+            n["out_specs"] = [[new if d == old else d, s] for d, s in n["out_specs"]]
+    specs = {s: d for s, d, _ in h["slot_specs"]}
+    out = dict(blobs)
+    for slot, entry in h["consts"]:
+        a = out[entry]
+        if specs.get(slot) == new and a.dtype.kind == "f" and a.dtype != np.dtype(new):
+            a = a.astype(new)
+            a.flags.writeable = False
+            out[entry] = a
+    return h, out

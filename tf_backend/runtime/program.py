@@ -2,9 +2,20 @@
 
 Constants are shared, read-only device buffers; each call gets its own value slots, so one
 LoadedProgram serves many threads at once. TensorFlow-free.
+
+Buffers are the device's (numpy arrays on the CPU, CuPy arrays on a GPU, opaque handles on the
+strict test device); the runtime never looks inside one. What it knows about a buffer it records
+itself, at load, per slot: whether this call's run allocated it (owned: an elementwise node may
+write its result into it, and the caller may be handed it without a copy) or borrows it (a
+constant, the caller's input, a view of another slot). Inputs an op reads on the host
+(kernels.HOST_INPUTS: shapes, axes, paddings) reach its kernel as host numpy arrays on a device
+without host memory; nothing else leaves the device until the outputs are copied out.
 """
+import threading
+
 import numpy as np
 
+import kernels
 import shape_fns
 from shape_fns import BackendError, Spec, Unsupported
 
@@ -28,8 +39,16 @@ def build(header, blobs, device, path="<program>"):
         prog.n_slots = int(header["n_slots"])
         for slot, dtype, shape in header["slot_specs"]:
             prog.slot_specs[slot] = _spec(dtype, shape)
+        host = {}
         for slot, blob in header["consts"]:
-            prog.consts[slot] = device.copy_in(blobs[blob])
+            a = blobs[blob]
+            spec = prog.slot_specs.get(slot)
+            if spec is not None and a.dtype != spec.dtype and a.dtype.kind == "f":
+                a = a.astype(spec.dtype)     # stored narrower (format version 2, weights_dtype)
+                a.flags.writeable = False
+            host[slot] = a
+            prog.consts[slot] = device.copy_in(a)
+        prog.host_consts = host
         prog.inputs = [int(i["slot"]) for i in header["inputs"]]
         prog.outputs = [int(o["slot"]) for o in header["outputs"]]
         raw_nodes = header["nodes"]
@@ -87,9 +106,15 @@ def _check_slots(prog, nodes, path):
 
 
 class LoadedProgram:
-    """`program(inputs)` -> list of numpy arrays. inputs: a list/tuple of arrays, or one array."""
+    """`program(inputs)` -> list of numpy arrays. inputs: a list/tuple of arrays, or one array.
 
-    def __init__(self, header, blobs, device, path):
+    On a device that can record a run and replay it (`capabilities.graphs`, e.g. a CUDA graph),
+    the second call with an input signature records the run into fixed buffers and later calls
+    with that signature replay it: inputs copied into the recorded buffers, one launch, outputs
+    copied out. Pass `replay=False` to `load` to run node by node always.
+    """
+
+    def __init__(self, header, blobs, device, path, replay=True):
         self.path, self.device = str(path), device
         self.header = header
         self.program = build(header, blobs, device, self.path)
@@ -102,8 +127,11 @@ class LoadedProgram:
         for s, v in prog.consts.items():
             base[s] = v
         self._base = base
-        self._steps = [(_step_fn(n, device), n.inputs, n.outputs, n)
+        self.owned = _ownership(prog, device)
+        self._steps = [(_step_fn(n, device, prog, self.owned), n.inputs, n.outputs, n)
                        for n in prog.nodes if n.kind != "noop"]
+        self._replay = {} if replay and getattr(device.capabilities, "graphs", False) else None
+        self._lock = threading.Lock()
 
     def __repr__(self):
         ins = ", ".join(f"{s.dtype.name}{list(s.shape) if s.shape is not None else '[?]'}"
@@ -133,12 +161,7 @@ class LoadedProgram:
             out.append(a)
         return out
 
-    def __call__(self, inputs):
-        arrays = self._check_inputs(inputs)
-        device = self.device
-        vals = list(self._base)
-        for s, a in zip(self.program.inputs, arrays):
-            vals[s] = device.copy_in(a)
+    def _run(self, vals):
         for fn, ins, outs, node in self._steps:
             args = [vals[s] for s in ins]
             try:
@@ -147,20 +170,89 @@ class LoadedProgram:
                 raise _run_error(self, node, args, e) from e
             for s, v in zip(outs, res):
                 vals[s] = v
+        return vals
+
+    def __call__(self, inputs):
+        arrays = self._check_inputs(inputs)
+        if self._replay is not None:
+            out = self._replayed(arrays)
+            if out is not None:
+                return out
+        device = self.device
+        vals = list(self._base)
+        for s, a in zip(self.program.inputs, arrays):
+            vals[s] = device.copy_in(a)
+        self._run(vals)
         device.synchronize()
+        owned = self.owned
         result, seen = [], set()
         for s in self.program.outputs:
-            v = device.copy_out(vals[s])
-            if id(v) in seen:
-                v = np.array(v)
-            seen.add(id(v))
-            result.append(v)
+            v = vals[s]
+            if owned[s] and id(v) not in seen:
+                seen.add(id(v))
+                result.append(device.copy_out(v, owned=True))
+            else:
+                result.append(device.copy_out(v))
         return result
 
     run = __call__
 
+    def _replayed(self, arrays):
+        """The outputs through a recorded run of this signature, or None (not recorded yet)."""
+        key = tuple((a.dtype.str, a.shape) for a in arrays)
+        rec = self._replay.get(key)
+        if rec is None:
+            self._replay[key] = 1          # the first call runs (and compiles) node by node
+            return None
+        with self._lock:
+            if rec == 1:
+                rec = self._replay[key] = _Recording(self, arrays)
+            return rec.replay(arrays)
+
     def dump(self):
         return self.program.dump()
+
+
+class _Recording:
+    """One recorded run: device input buffers, the recorded launch, the slots it leaves."""
+
+    def __init__(self, lp, arrays):
+        device = lp.device
+        self.device, self.outputs = device, lp.program.outputs
+        vals = list(lp._base)
+        self.inputs = []
+        for s, a in zip(lp.program.inputs, arrays):
+            buf = device.allocate(a.shape, a.dtype)
+            device.copy_into(buf, a)
+            vals[s] = buf
+            self.inputs.append(buf)
+        self.vals = vals
+        self.graph = device.record(lambda: lp._run(vals))
+
+    def replay(self, arrays):
+        device = self.device
+        for buf, a in zip(self.inputs, arrays):
+            device.copy_into(buf, a)
+        self.graph.replay()
+        return [device.copy_out(self.vals[s]) for s in self.outputs]
+
+
+def _ownership(prog, device):
+    """Per slot: does this call's run allocate the buffer (True) or borrow it (constants,
+    inputs, aliases, views)? Decided once here, so in-place reuse and the hand-over of outputs
+    never ask a buffer what it is."""
+    owned = [False] * prog.n_slots
+    views = device.capabilities.views
+    for n in prog.nodes:
+        if n.kind in ("noop", "alias"):
+            continue
+        if n.kind == "kernel" and n.op in VIEW_OPS and views:
+            continue
+        k = n.inplace
+        mine = owned[n.inputs[k]] if k is not None else True
+        for s in n.outputs:
+            owned[s] = mine
+    return owned
 
 
 def _run_error(lp, node, args, e):
@@ -175,45 +267,73 @@ def _run_error(lp, node, args, e):
                            f"(op {node.op}; inputs: {shapes}) failed: {what}", node.name, node.op)
 
 
-def _step_fn(node, device):
+def _host_args(node, device, prog):
+    """fn(args) -> args with the host inputs as host numpy arrays, or None when the device's
+    buffers are host memory already (or the node reads nothing on the host)."""
+    if device.capabilities.host_memory or node.kind != "kernel":
+        return None
+    pos = kernels.host_inputs(node.op, len(node.inputs))
+    if not pos:
+        return None
+    fixed = {i: prog.host_consts[node.inputs[i]] for i in pos
+             if node.inputs[i] in prog.host_consts}
+    moving = [i for i in pos if i not in fixed]
+    copy_out = device.copy_out
+
+    def host(args):
+        args = list(args)
+        for i, a in fixed.items():
+            args[i] = a
+        for i in moving:
+            args[i] = copy_out(args[i])
+        return args
+    return host
+
+
+def _step_fn(node, device, prog, owned):
     """fn(input buffers) -> output buffers for one node."""
+    fn = _device_step(node, device, prog, owned)
+    host = _host_args(node, device, prog)
+    if host is None:
+        return fn
+    return lambda ins: fn(host(ins))
+
+
+def _device_step(node, device, prog, owned):
     kind = node.kind
     if kind == "alias":
         return lambda ins: ins
     specs, attrs, shape_fn, k = node.out_specs, node.attrs, node.shape_fn, node.inplace
+    in_place = k is not None and owned[node.inputs[k]]
     if kind == "fused":
         run = node.fn
-
-        def fused(ins):
-            out = ins[k] if k is not None else None
-            return run(ins, specs, out=out if out is not None and out.flags.writeable else None)
-        return fused
+        if in_place:
+            return lambda ins: run(ins, specs, out=ins[k])
+        return lambda ins: run(ins, specs, out=None)
     fn, allocate = node.kdef.fn, device.allocate
+    if device.capabilities.host_memory:
+        def in_specs(ins):
+            return [Spec(a.shape, a.dtype, a) for a in ins]
+    else:   # shape fns see the values of host inputs only
+        pos = set(kernels.host_inputs(node.op, len(node.inputs)))
+
+        def in_specs(ins):
+            return [Spec(a.shape, a.dtype, a if i in pos else None) for i, a in enumerate(ins)]
 
     def out_specs(ins):
-        return specs if specs is not None else shape_fn(
-            [Spec(a.shape, a.dtype, a) for a in ins], attrs)
+        return specs if specs is not None else shape_fn(in_specs(ins), attrs)
 
     if node.op in VIEW_OPS and device.capabilities.views:
-        def view(ins):
-            a = ins[0]
-            if not a.flags.c_contiguous:
-                a = np.ascontiguousarray(a) if a.ndim else a.copy()
-            v = a.reshape(out_specs(ins)[0].shape)
-            # read-only: the buffer may still be read through its other name, so an in-place
-            # consumer of the view must allocate (the inplace pass counts readers per slot)
-            v.flags.writeable = False
-            return [v]
-        return view
-    if k is not None:
+        view = device.view
+
+        def reshaped(ins):
+            return [view(ins[0], out_specs(ins)[0].shape)]
+        return reshaped
+    if in_place:
         def inplace(ins):
             buf = ins[k]
-            if buf.flags.writeable:
-                fn(ins, [buf], attrs)
-                return [buf]
-            outs = [allocate(s.shape, s.dtype) for s in out_specs(ins)]
-            fn(ins, outs, attrs)
-            return outs
+            fn(ins, [buf], attrs)
+            return [buf]
         return inplace
     if specs is not None:
         def static(ins):
@@ -223,8 +343,7 @@ def _step_fn(node, device):
         return static
 
     def dynamic(ins):
-        outs = [allocate(s.shape, s.dtype) for s in shape_fn(
-            [Spec(a.shape, a.dtype, a) for a in ins], attrs)]
+        outs = [allocate(s.shape, s.dtype) for s in out_specs(ins)]
         fn(ins, outs, attrs)
         return outs
     return dynamic

@@ -65,5 +65,5 @@ class NumpyDevice(Device):
     def copy_in(self, array):
         return np.array(array, copy=True)
 
-    def copy_out(self, buffer):
+    def copy_out(self, buffer, owned=False):
         return np.array(buffer, copy=True)
