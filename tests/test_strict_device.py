@@ -116,3 +116,28 @@ def test_weights_stored_in_half_and_programs_run_in_half(tf, tmp_path):
     np.testing.assert_allclose(out.astype(np.float32), ref, rtol=5e-2, atol=5e-3)
     with pytest.raises(runtime.ExportError, match="float16 or bfloat16"):
         tf_backend.export(m, [tf.TensorSpec(x.shape, tf.float32)], half, weights_dtype="int8")
+
+
+class _FoldingDevice(StrictDevice):
+    """The strict device running the CUDA device's affine folding at load (a pass over data,
+    checked here on CPU kernels)."""
+
+    def prepare(self, program):
+        from tf_backend.devices import cuda_passes
+        cuda_passes.fold_affine(program, self)
+        program.finalize()
+        return super().prepare(program)
+
+
+def test_batch_norm_folded_into_products_keeps_stock_results(zoo_files):
+    dev = _FoldingDevice()
+    for name, rlen in SMALL.items():
+        p = runtime.load(str(zoo_files / f"{name}.tfbp"), device=dev)
+        plain = runtime.load(str(zoo_files / f"{name}.tfbp"), device=StrictDevice())
+        x = np.load(zoo_files / f"{name}.x.npy")
+        ref = np.load(zoo_files / f"{name}.ref.npy")
+        assert numerics.compare(p(x)[0], ref, "reduction", rlen) is None, name
+        if name != "small_mlp":     # biases, and in resnet_block batch norms, after a Conv2D
+            assert any("fold_affine" in n for n in p.program.notes), p.program.notes
+        if name == "resnet_block":
+            assert len(p._steps) < len(plain._steps)

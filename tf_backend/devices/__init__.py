@@ -11,7 +11,8 @@ import threading
 from .base import REQUIRED, Capabilities, Device, DeviceError, check  # noqa: F401
 
 GROUP = "tf_backend.devices"
-_BUILTIN = {"cpu": "tf_backend.devices.cpu:CpuDevice"}
+_BUILTIN = {"cpu": "tf_backend.devices.cpu:CpuDevice",
+            "cuda": "tf_backend.devices.cuda:CudaDevice"}   # loads CuPy only on first use
 _instances = {}
 _factories = {}      # name -> (factory, origin), from register()
 _lock = threading.Lock()
