@@ -130,11 +130,16 @@ def kernel(*op_types, device="cpu", dtypes=None, type_attr="T"):
     return register
 
 
+# the folder of a device's kernels, where it is not named as the device
+DEVICE_FOLDERS = {"cuda": "gpu"}
+
+
 def load(device="cpu"):
     """Import a device's kernel modules once; returns the registry."""
     if device not in _loaded:
+        folder = DEVICE_FOLDERS.get(device, device)
         for m in DEVICE_MODULES.get(device, ()):
-            importlib.import_module(f"{__name__}.{device}.{m}")
+            importlib.import_module(f"{__name__}.{folder}.{m}")
         _loaded.add(device)
     return KERNELS
 

@@ -36,8 +36,9 @@ def cases():
             out.append((f"{op}-{d}", op, _dt(d), [arr((4, 6, 8), d, pos), arr(second, d, pos)]))
         for (m, k, n), ta, tb in (((7, 33, 5), False, False), ((64, 128, 96), True, False),
                                   ((1, 2048, 1000), False, True)):
-            a = arr((k, m) if ta else (m, k), d)
-            b = arr((n, k) if tb else (k, n), d)
+            s = np.asarray(k ** -0.25, d)      # products of unit scale: the contract's atol
+            a = arr((k, m) if ta else (m, k), d) * s
+            b = arr((n, k) if tb else (k, n), d) * s
             out.append((f"MatMul-{m}x{k}x{n}-{ta}{tb}-{d}", "MatMul",
                         {**_dt(d), "transpose_a": ta, "transpose_b": tb}, [a, b]))
         for name, (n, h, w, c, k), (kh, kw), s, pad, dil in (

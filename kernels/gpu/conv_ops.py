@@ -1,5 +1,5 @@
 """Conv2D (NHWC, HWIO filters) on the GPU as an implicit GEMM: a 1x1 stride-1 convolution is
-one cuBLAS product over the NHWC buffer as it is; any other is one gather kernel (im2col into
+one cuBLAS product (gemm.py) over the NHWC buffer as it is; any other is one gather kernel (im2col into
 (N*Ho*Wo, KH*KW*C), zeros for padding) and one product with the filter read as
 (KH*KW*C, K). Float16 products accumulate in float32."""
 import cupy
@@ -8,7 +8,7 @@ import numpy as np
 import kernels
 from shape_fns.conv_ops import output_size
 
-from . import DEVICE, FLOATS
+from . import DEVICE, FLOATS, gemm
 
 _im2col = cupy.ElementwiseKernel(
     "raw T x, int32 H, int32 W, int32 C, int32 Ho, int32 Wo, int32 KW, int32 sh, int32 sw, "
@@ -40,11 +40,11 @@ def conv2d(inputs, outputs, attrs):
     Ho, pt, _ = output_size(H, KH, sh, dh, attrs["padding"], ep[2], ep[3])
     Wo, pl, _ = output_size(W, KW, sw, dw, attrs["padding"], ep[4], ep[5])
     if KH == KW == 1 and sh == sw == 1 and pt == pl == 0:
-        cupy.matmul(x.reshape(N * H * W, C), w.reshape(C, K), out=out.reshape(N * H * W, K))
+        gemm.matmul(x.reshape(N * H * W, C), w.reshape(C, K), out.reshape(N * H * W, K))
         return
     KC = KH * KW * C
     col = cupy.empty((N * Ho * Wo, KC), x.dtype)
     _im2col(x, np.int32(H), np.int32(W), np.int32(C), np.int32(Ho), np.int32(Wo),
             np.int32(KW), np.int32(sh), np.int32(sw), np.int32(dh), np.int32(dw),
             np.int32(pt), np.int32(pl), np.int32(KC), col)
-    cupy.matmul(col, w.reshape(KC, K), out=out.reshape(N * Ho * Wo, K))
+    gemm.matmul(col, w.reshape(KC, K), out.reshape(N * Ho * Wo, K))
