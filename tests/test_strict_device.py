@@ -141,3 +141,15 @@ def test_batch_norm_folded_into_products_keeps_stock_results(zoo_files):
             assert any("fold_affine" in n for n in p.program.notes), p.program.notes
         if name == "resnet_block":
             assert len(p._steps) < len(plain._steps)
+
+
+@pytest.mark.slow
+def test_big_zoo_runs_on_the_strict_device(tf, tmp_path):
+    from .test_export import BIG
+    names = ["resnet50", "mobilenetv2", "transformer"]
+    _export_zoo(tf, names, tmp_path, batch=1)
+    for name in names:
+        p = runtime.load(str(tmp_path / f"{name}.tfbp"), device=StrictDevice())
+        out = p(np.load(tmp_path / f"{name}.x.npy"))[0]
+        err = numerics.compare(out, np.load(tmp_path / f"{name}.ref.npy"), "reduction", BIG[name])
+        assert err is None, (name, err)
