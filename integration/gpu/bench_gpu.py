@@ -1,6 +1,7 @@
 """ResNet-50 on the CUDA device against PyTorch, on a GPU machine (no TensorFlow needed).
 
-    python integration/gpu/bench_gpu.py DATA_DIR OUT_JSON [--calls 1000] [--skip-tests]
+    python integration/gpu/bench_gpu.py DATA_DIR OUT_JSON [--calls 1000] [--skip-tests |
+                                                           --only-tests]
 
 DATA_DIR holds what integration/gpu/make_refs.py wrote where TensorFlow is (resnet50.tfbp with
 float16 weights, our CPU program's outputs, the kernel cases' CPU results). Stages, each
@@ -55,7 +56,7 @@ def timeit(fn, calls, warm=20):
                                                            round(float(q[2]), 4)]}
 
 
-def main(data, out_json, calls, skip_tests):
+def main(data, out_json, calls, skip_tests, only_tests=False):
     import cupy
     RES["env"] = {"python": platform.python_version(), "cupy": cupy.__version__,
                   "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(),
@@ -73,13 +74,13 @@ def main(data, out_json, calls, skip_tests):
     if not skip_tests:
         @stage("kernel_tests")
         def _():
-            env = dict(os.environ, TFB_GPU_REFS=os.path.join(data, "kernel_refs.npz"))
+            env = dict(os.environ, TFB_GPU_DATA=data)
             try:
                 import pytest  # noqa: F401
             except ImportError:     # the same cases and check, without pytest
                 from integration.gpu.cases import cases, check, run_case
                 from tf_backend import devices
-                refs = dict(np.load(env["TFB_GPU_REFS"]))
+                refs = dict(np.load(os.path.join(data, "kernel_refs.npz")))
                 gpu, bad = devices.get("cuda"), {}
                 gpu.load()
                 for cid, op, attrs, ins in cases():
@@ -91,13 +92,17 @@ def main(data, out_json, calls, skip_tests):
                         bad[cid] = err
                 return {"cases": len(refs), "failed": bad}
             r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=line",
-                                "-p", "no:cacheprovider", "tests/test_gpu_kernels.py"],
+                                "-p", "no:cacheprovider", "-rs", "tests/test_gpu_kernels.py"],
                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-            tail = (r.stdout + r.stderr)[-2500:]
+            tail = (r.stdout + r.stderr)[-6000:]
             if r.returncode != 0:
                 raise RuntimeError(f"pytest rc {r.returncode}: {tail}")
             return tail.strip().splitlines()[-1]
 
+    if only_tests:
+        with open(out_json, "w") as f:
+            json.dump(RES, f, indent=1)
+        return
     from tf_backend import numerics, runtime
     path = os.path.join(data, "resnet50.tfbp")
     refs = dict(np.load(os.path.join(data, "resnet50_refs.npz")))
@@ -213,4 +218,4 @@ def main(data, out_json, calls, skip_tests):
 if __name__ == "__main__":
     args = sys.argv[1:]
     calls = int(args[args.index("--calls") + 1]) if "--calls" in args else 1000
-    main(args[0], args[1], calls, "--skip-tests" in args)
+    main(args[0], args[1], calls, "--skip-tests" in args, "--only-tests" in args)

@@ -33,7 +33,10 @@ def conv2d(inputs, outputs, attrs):
         from shape_fns import Unsupported
         raise Unsupported("data_format:NCHW")
     N, H, W, C = x.shape
-    KH, KW, _, K = w.shape
+    KH, KW, CI, K = w.shape
+    if CI != C:
+        from shape_fns import Unsupported
+        raise Unsupported("grouped convolution")
     sh, sw = attrs["strides"][1], attrs["strides"][2]
     dh, dw = attrs.get("dilations", [1, 1, 1, 1])[1:3]
     ep = attrs.get("explicit_paddings") or [0] * 8

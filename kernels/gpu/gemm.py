@@ -76,9 +76,14 @@ _ONE64, _ZERO64 = ctypes.c_double(1.0), ctypes.c_double(0.0)
 
 def matmul(a, b, out, transpose_a=False, transpose_b=False):
     """out[m, n] = op(a) @ op(b) for C-contiguous 2-D CuPy arrays of one float dtype."""
-    lib, h = _library(), _handle()
     m, n = out.shape
     k = a.shape[0] if transpose_a else a.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        out.fill(0)
+        return
+    lib, h = _library(), _handle()
     t = CUDA_TYPES[np.dtype(out.dtype)]
     wide = out.dtype == np.float64
     one, zero = (_ONE64, _ZERO64) if wide else (_ONE32, _ZERO32)
