@@ -1,7 +1,7 @@
 """ResNet-50 on the CUDA device against PyTorch, on a GPU machine (no TensorFlow needed).
 
     python integration/gpu/bench_gpu.py DATA_DIR OUT_JSON [--calls 1000] [--skip-tests |
-                                                           --only-tests]
+                                                           --only-tests] [--summary]
 
 DATA_DIR holds what integration/gpu/make_refs.py wrote where TensorFlow is (resnet50.tfbp with
 float16 weights, our CPU program's outputs, the kernel cases' CPU results). Stages, each
@@ -56,7 +56,7 @@ def timeit(fn, calls, warm=20):
                                                            round(float(q[2]), 4)]}
 
 
-def main(data, out_json, calls, skip_tests, only_tests=False):
+def main(data, out_json, calls, skip_tests, only_tests=False, summary=False):
     import cupy
     RES["env"] = {"python": platform.python_version(), "cupy": cupy.__version__,
                   "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(),
@@ -94,11 +94,53 @@ def main(data, out_json, calls, skip_tests, only_tests=False):
             r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=line",
                                 "-p", "no:cacheprovider", "-rs", "tests/test_gpu_kernels.py"],
                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-            tail = (r.stdout + r.stderr)[-6000:]
+            with open(os.path.join(os.path.dirname(out_json), "kernel_tests.txt"), "w") as f:
+                f.write(r.stdout + r.stderr)
+            tail = "\n".join(l for l in (r.stdout + r.stderr).splitlines()
+                              if not l.startswith("SKIPPED"))[-3000:]
             if r.returncode != 0:
                 raise RuntimeError(f"pytest rc {r.returncode}: {tail}")
             return tail.strip().splitlines()[-1]
 
+    def optable_summary():
+        """The op-table records by op: passed / failed / not on the GPU, first failure."""
+        from integration.gpu.cases import run_case
+        from shape_fns import Unsupported
+        from tf_backend import devices, numerics
+        from tf_backend.runtime import format as fmt
+        gpu = devices.get("cuda")
+        gpu.load()
+        with open(os.path.join(data, "optable.json")) as f:
+            index = json.load(f)
+        arrays = np.load(os.path.join(data, "optable.npz"))
+        by_op = {}
+        for i, r in enumerate(index):
+            attrs = {k: fmt.decode_attr(v) for k, v in r["attrs"].items()}
+            o = by_op.setdefault(r["op"], {"passed": 0, "failed": 0, "absent": 0})
+            if gpu.lookup(r["op"], attrs)[0] is None:
+                o["absent"] += 1
+                continue
+            ins = [arrays[f"{i}_in{j}"] for j in range(r["n_in"])]
+            try:
+                got = run_case(gpu, r["op"], attrs, ins)
+                errs = [numerics.compare(g, arrays[f"{i}_out{j}"], r["kind"], r["rlen"])
+                        for j, g in enumerate(got)]
+                err = next((e for e in errs if e), None)
+            except Unsupported as e:
+                o["absent"] += 1
+                continue
+            except Exception as e:  # noqa: BLE001
+                err = f"{type(e).__name__}: {str(e)[:160]}"
+            if err:
+                o["failed"] += 1
+                o.setdefault("first", []).append(f"{r['id']}: {err[:200]}")
+                o["first"] = o["first"][:3]
+            else:
+                o["passed"] += 1
+        return {op: v for op, v in sorted(by_op.items()) if v["passed"] or v["failed"]}
+
+    if summary:
+        stage("optable_summary")(optable_summary)
     if only_tests:
         with open(out_json, "w") as f:
             json.dump(RES, f, indent=1)
@@ -218,4 +260,5 @@ def main(data, out_json, calls, skip_tests, only_tests=False):
 if __name__ == "__main__":
     args = sys.argv[1:]
     calls = int(args[args.index("--calls") + 1]) if "--calls" in args else 1000
-    main(args[0], args[1], calls, "--skip-tests" in args, "--only-tests" in args)
+    main(args[0], args[1], calls, "--skip-tests" in args, "--only-tests" in args,
+         "--summary" in args)

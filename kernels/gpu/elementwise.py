@@ -26,6 +26,8 @@ __device__ inline F fmin_nan(F x, F y) { return x != x ? x : (y != y ? y : (y < 
 __device__ inline F vsigmoid(F x) { double z = (double)x; return (F)(z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z))); }
 __device__ inline F vsoftplus(F x) { double z = (double)x; return (F)((z > 0 ? z : 0.0) + log1p(exp(-fabs(z)))); }
 __device__ inline F ftz(F x) { return x; }
+// TensorFlow's float64 Erf gives NaN once x*x overflows (kernels/cpu/scalar.py verf)
+__device__ inline F verf(F x) { return (sizeof(F) == 8 && isinf(x * x)) ? (F)__longlong_as_double(0x7ff8000000000000ULL) : (F)erf(x); }
 """
 
 # table name -> CUDA C name (same arity); math.* and the np.* rounding functions map to libdevice
@@ -33,7 +35,7 @@ CALLS = {
     "relu": "relu", "relu6": "relu6", "sign_f": "sign_f", "fmax_nan": "fmax_nan",
     "fmin_nan": "fmin_nan", "vsigmoid": "vsigmoid", "sigmoid": "vsigmoid",
     "vsoftplus": "vsoftplus", "softplus": "vsoftplus", "ftz": "ftz",
-    "vexp": "exp", "vlog": "log", "vlog1p": "log1p", "vtanh": "tanh", "verf": "erf",
+    "vexp": "exp", "vlog": "log", "vlog1p": "log1p", "vtanh": "tanh", "verf": "verf",
     "abs": "fabs",
 }
 MATH = {"exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
@@ -88,8 +90,10 @@ def to_c(expr, names, params):
                 if f.id in CALLS:
                     return f"((F){CALLS[f.id]}({', '.join(args)}))"
             if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
-                if f.value.id == "np" and f.attr in ("float32", "float64"):
-                    return f"((F){args[0]})"
+                if f.value.id == "np" and f.attr == "float32":     # an attr as TF stores it
+                    return f"((F)(float)({args[0]}))"
+                if f.value.id == "np" and f.attr == "float64":
+                    return f"((F)(double)({args[0]}))"
                 if f.value.id in ("math", "np") and f.attr in MATH:
                     return f"((F){f.attr}({', '.join(args)}))"
             raise Untranslatable(ast.dump(f))

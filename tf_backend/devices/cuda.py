@@ -44,14 +44,16 @@ class CudaDevice(Device):
         return self._cp.empty(shape, dtype)
 
     def copy_in(self, array):
-        return self._cp.asarray(np.ascontiguousarray(array))
+        a = np.asarray(array)      # (np.ascontiguousarray would make a 0-d array 1-d)
+        return self._cp.asarray(a if a.flags.c_contiguous else a.copy())
 
     def copy_out(self, buffer, owned=False):
         self.stream.synchronize()          # a replay queued there writes this buffer
         return self._cp.asnumpy(buffer)    # the current stream: waits for its kernels
 
     def copy_into(self, buffer, array):
-        buffer.set(np.ascontiguousarray(array), stream=self.stream)
+        a = np.asarray(array)
+        buffer.set(a if a.flags.c_contiguous else a.copy(), stream=self.stream)
 
     def view(self, buffer, shape):
         return buffer.reshape(shape)
