@@ -47,8 +47,16 @@ class Untranslatable(Exception):
     pass
 
 
-def to_c(expr, names, params):
-    """CUDA C for a table expression over `names` (x, y -> C variables) and attr values."""
+HALF = np.dtype(np.float16)
+
+
+def to_c(expr, names, params, half=False):
+    """CUDA C for a table expression over `names` (x, y -> C variables) and attr values.
+    half: TensorFlow's intermediate roundings of a "half" expression (`rnd`, and constants
+    `cst(x, c)` stored in half) round to float16 here."""
+    def h(v):
+        return f"((F)(float16)({v}))" if half else f"((F){v})"
+
     def c(n):
         if isinstance(n, ast.Name):
             if n.id in names:
@@ -81,12 +89,18 @@ def to_c(expr, names, params):
             return "((F)(" + op.join(f"({v}) != (F)0" for v in map(c, n.values)) + "))"
         if isinstance(n, ast.IfExp):
             return f"(({c(n.test)}) != (F)0 ? {c(n.body)} : {c(n.orelse)})"
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) \
+                and n.value.id == "math" and n.attr in ("inf", "nan"):
+            return {"inf": "((F)__int_as_float(0x7f800000))",
+                    "nan": "((F)__int_as_float(0x7fc00000))"}[n.attr]
         if isinstance(n, ast.Call):
             f = n.func
             args = [c(a) for a in n.args]
             if isinstance(f, ast.Name):
                 if f.id == "cst":
-                    return f"((F){args[1]})"
+                    return h(args[1])
+                if f.id == "rnd" and half:
+                    return h(args[0])
                 if f.id in CALLS:
                     return f"((F){CALLS[f.id]}({', '.join(args)}))"
             if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
@@ -101,13 +115,15 @@ def to_c(expr, names, params):
     return c(ast.parse(expr, mode="eval").body)
 
 
-def translate(op, names, attrs):
-    """CUDA C of a table op's float expression, or raise Untranslatable."""
+def translate(op, names, attrs, dtype=np.float32):
+    """CUDA C of a table op's float expression for `dtype` (float16: the table's half
+    expression where it has one), or raise Untranslatable."""
     e = TABLE[op]
-    expr = e.expr_for("f")
+    half = np.dtype(dtype) == HALF
+    expr = (e.half_expr("h") if half else None) or e.expr_for("f")
     if expr is None or e.check:
         raise Untranslatable(op)
-    return to_c(expr, names, {p: attrs.get(p) for p in e.params})
+    return to_c(expr, names, {p: attrs.get(p) for p in e.params}, half)
 
 
 _cache = {}
@@ -125,11 +141,14 @@ def fused(steps, n_inputs, out_dtype):
     if k is not None:
         return k
     F = "double" if compute_dtype(out_dtype) == np.float64 else "float"
+    half = np.dtype(out_dtype) == HALF
     body = []
     for j, (op, attrs, refs) in enumerate(steps):
         args = [f"((F)a{r})" if kind == "in" else f"t{r}" for kind, r in refs]
         names = dict(zip("xy", args))
-        body.append(f"F t{j} = {translate(op, names, attrs)};")
+        v = translate(op, names, attrs, out_dtype)
+        # each op of a half chain stores its result in half, as the unfused ops do
+        body.append(f"F t{j} = {f'(F)(float16)({v})' if half else v};")
     body.append(f"out0 = (Y)(t{len(steps) - 1});")
     ins = ", ".join(f"{TYPES[i]} a{i}" for i in range(n_inputs))
     k = cupy.ElementwiseKernel(ins, "Y out0", "\n".join(body),
@@ -151,11 +170,13 @@ def _register():
     for op, e in TABLE.items():
         if e.out != "same" or e.check:
             continue
-        try:
-            translate(op, {"x": "x", "y": "y"}, {p: 1.0 for p in e.params})
-        except Untranslatable:
-            continue
-        dtypes = [d for d in e.dtypes if d in ("float16", "float32", "float64")]
+        dtypes = []
+        for d in (d for d in e.dtypes if d in ("float16", "float32", "float64")):
+            try:
+                translate(op, {"x": "x", "y": "y"}, {p: 1.0 for p in e.params}, d)
+                dtypes.append(d)
+            except Untranslatable:
+                pass
         if dtypes:
             kernels.kernel(op, device=DEVICE, dtypes=dtypes)(_make(op, e.arity))
 

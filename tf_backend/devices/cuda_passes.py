@@ -97,7 +97,7 @@ def fuse_elementwise(prog, device):
         if spec is None or spec.shape is None or spec.dtype.kind != "f":
             return False
         try:
-            ew.translate(n.op, {"x": "x", "y": "y"}, n.attrs)
+            ew.translate(n.op, {"x": "x", "y": "y"}, n.attrs, spec.dtype)
         except ew.Untranslatable:
             return False
         return n.kdef is not None
