@@ -1,7 +1,8 @@
 """tf.distribute across processes (issue 18): two MultiWorkerMirroredStrategy workers on
 loopback, with the backend off and on. Our outputs are made on the context's own host CPU, so
 eager ops run on our kernels in a /job:worker context (they used to fail with 'unknown device');
-a custom training loop with all_reduce ends with stock's weights and losses on both workers."""
+a custom training loop with all_reduce ends with stock's weights and losses on both workers, its
+step running as our program with the collective as a TensorFlow node."""
 import json
 import os
 import socket
@@ -96,4 +97,68 @@ def test_two_workers_match_stock_and_eager_ops_run_on_our_kernels(tmp_path):
         np.testing.assert_allclose(o["losses"], s["losses"], rtol=1e-5)
         np.testing.assert_allclose(o["v"], s["v"], rtol=1e-5, atol=1e-6)
         assert o["ledger"]["Relu"]["backend"] >= 1 and o["ledger"]["Mul"]["backend"] >= 1
+        # the step ran as our program: its compute on our kernels, its all-reduce (and the
+        # variable updates) as TensorFlow nodes in program order
+        assert o["ledger"]["MatMul"]["kernels"].get("program", 0) >= 3, o["ledger"]["MatMul"]
+        assert o["ledger"]["ReluGrad"]["kernels"].get("program", 0) >= 3
+        assert o["ledger"]["CollectiveReduceV2"]["fallback"] == 3, o["ledger"]
     np.testing.assert_array_equal(ours[0]["v"], ours[1]["v"])   # the all-reduce agreed
+
+
+DYING = textwrap.dedent("""
+    import json, os, time
+    import numpy as np
+    import tensorflow as tf
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    with strategy.scope():
+        v = tf.Variable(np.ones((4, 2), np.float32))
+
+    @tf.function
+    def step(x):
+        def replica_fn(x):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(tf.matmul(x, v) ** 2)
+            g = tf.distribute.get_replica_context().all_reduce("sum", tape.gradient(loss, v))
+            v.assign_sub(0.01 * g)
+            return loss
+        return strategy.run(replica_fn, args=(x,))
+
+    t0 = time.time()
+    try:
+        for i in range(6):
+            step(tf.ones((3, 4))).numpy()
+            if task == 1 and i == 1:
+                os._exit(3)          # this worker dies after its second step
+        print("RESULT " + json.dumps({"error": None}), flush=True)
+    except Exception as e:
+        print("RESULT " + json.dumps({"error": type(e).__name__, "message": str(e)[:300],
+                                      "seconds": time.time() - t0}), flush=True)
+""")
+
+
+def test_a_dead_worker_makes_the_other_fail_with_tensorflows_error(tmp_path):
+    """Worker 1 dies after two steps; worker 0's next all-reduce, a TensorFlow node inside our
+    program, fails as stock's does (UnavailableError from TensorFlow's peer health check, ~11 s
+    here for both) instead of hanging."""
+    script = tmp_path / "dying.py"
+    script.write_text(DYING)
+    workers = [f"localhost:{p}" for p in _ports(2)]
+    procs = []
+    for i in range(2):
+        env = dict(os.environ, TF_BACKEND="1", TF_CPP_MIN_LOG_LEVEL="2",
+                   TF_CONFIG=json.dumps({"cluster": {"worker": workers},
+                                         "task": {"type": "worker", "index": i}}))
+        procs.append(subprocess.Popen([sys.executable, str(script)], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    try:
+        out, err = procs[0].communicate(timeout=120)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    line = [l for l in out.splitlines() if l.startswith("RESULT ")]
+    assert line, err[-3000:]
+    res = json.loads(line[-1][7:])
+    assert res["error"] == "UnavailableError", res
+    assert "CollectiveReduceV2" in res["message"]

@@ -34,6 +34,7 @@ def enable(mode="on", force=False):
                     dispatch.on_fast_uncount, dispatch.on_slow,
                     tracer=trace if trace.ON else None)
         tfa.install_function_hook(functions.on_call)
+        _share_host()
         _register_report()
         return True
 
@@ -64,6 +65,19 @@ def enabled(mode="on", force=False):
                 disable()
             else:
                 enable(prev, force=True)
+
+
+def _share_host():
+    """Workers of one tf.distribute cluster on this host share its cores: each runs its numba
+    kernels (parallel loops, the GEMM team) on its share, on the enabling thread (numba's count
+    is per thread; the executor's pool workers use one anyway)."""
+    k = config.local_workers()
+    if k > 1:
+        import numba
+        try:
+            numba.set_num_threads(max(1, numba.config.NUMBA_NUM_THREADS // k))
+        except Exception:  # noqa: BLE001 - numba's threading layer unavailable
+            pass
 
 
 def _register_report():

@@ -8,6 +8,7 @@ as the tie-break: get_operations() is creation order, which is not a dependency 
 while_v2's gradient has added accumulator inputs (created later) to the forward While op.
 """
 import heapq
+import threading
 
 import numpy as np
 
@@ -24,15 +25,29 @@ ALIAS_OPS = {"Identity", "StopGradient", "Snapshot", "PreventGradient", "EnsureS
 NOOP_OPS = {"NoOp"}
 MAX_INLINE_DEPTH = 32
 # Ops that only work inside TensorFlow's graph executor: run op by op they would wait forever
-# for their peers (collectives across replicas, send/recv pairs). Their functions run whole on
-# TensorFlow.
+# for their peers (send/recv pairs, NCCL). Their functions run whole on TensorFlow.
 WHOLE_FUNCTION_OPS = {"Send", "Recv", "_Send", "_Recv", "_HostSend", "_HostRecv"}
-WHOLE_FUNCTION_PREFIXES = ("Collective", "Nccl", "_Nccl")
+WHOLE_FUNCTION_PREFIXES = ("Nccl", "_Nccl")
+# Collectives (CollectiveReduceV2, CollectiveGatherV2, ...) are TensorFlow nodes in program
+# order, the rest of the step on our kernels, when all of a function's collectives belong to one
+# replica (one device: MultiWorkerMirroredStrategy's worker). Several replicas of one process in
+# one function (MirroredStrategy over local devices) would wait for each other in our serial
+# order: those functions run whole on TensorFlow.
+COLLECTIVE_PREFIX = "Collective"
+_collectives = threading.local()
 XLA_CLUSTER_OPS = {"XlaClusterOutput", "XlaLaunch", "_XlaCompile", "_XlaRun", "_XlaMerge"}
 # Logical CPU devices of this process (tf.config.set_logical_device_configuration, e.g. the
 # replicas of MirroredStrategy(["/cpu:0", "/cpu:1"])) share the host's memory: our kernels can
 # run their ops (tf_adapter.device_is_local_cpu); TensorFlow copies our CPU:0 outputs where a
 # CPU:1 consumer needs them.
+
+
+def _device_kind_index(name):
+    """"CPU:1" for "/job:localhost/replica:0/task:0/device:CPU:1" (or "/cpu:1"); "" unplaced."""
+    last = name.rsplit("/", 1)[-1]
+    if last.lower().startswith("device:"):
+        last = last[len("device:"):]
+    return last.upper()
 
 
 class Unlowerable(Exception):
@@ -44,6 +59,21 @@ class Unlowerable(Exception):
 
 
 def lower(graph, name):
+    outer = getattr(_collectives, "devices", None)
+    if outer is None:       # the outermost function: sub-programs add to its set
+        _collectives.devices = set()
+    try:
+        prog = _lower(graph, name)
+        devices = _collectives.devices
+        if outer is None and len(devices) > 1:
+            raise Unlowerable(f"collective:{len(devices)} replicas in one function")
+        return prog
+    finally:
+        if outer is None:
+            _collectives.devices = None
+
+
+def _lower(graph, name):
     dispatch.ensure_loaded()
     prog = Program(name)
     env = {}
@@ -81,6 +111,8 @@ def _lower_ops(prog, graph, env, ctrl_prefix, depth):
             continue
         if op.type in WHOLE_FUNCTION_OPS or op.type.startswith(WHOLE_FUNCTION_PREFIXES):
             raise Unlowerable(f"collective:{op.type}")
+        if op.type.startswith(COLLECTIVE_PREFIX):
+            _collectives.devices.add(_device_kind_index(op.device))
         if op.type in XLA_CLUSTER_OPS:
             # tf.xla.experimental.compile: the cluster's ops only mean something to TensorFlow's
             # own graph rewriting (EncapsulateXlaComputationsPass), so the function runs there
