@@ -162,3 +162,14 @@ def test_a_dead_worker_makes_the_other_fail_with_tensorflows_error(tmp_path):
     res = json.loads(line[-1][7:])
     assert res["error"] == "UnavailableError", res
     assert "CollectiveReduceV2" in res["message"]
+
+
+def test_workers_sharing_this_host_are_counted():
+    from tf_backend import config
+    two = {"cluster": {"worker": ["localhost:1", "127.0.0.1:2"], "chief": ["far.example:3"]},
+           "task": {"type": "worker", "index": 0}}
+    assert config.local_workers(json.dumps(two)) == 2
+    remote = dict(two, task={"type": "chief", "index": 0})
+    assert config.local_workers(json.dumps(remote)) == 1      # this task is not on this host
+    assert config.local_workers("") == 1 and config.local_workers("{bad") == 1
+    assert config.local_workers(json.dumps({"cluster": {}, "task": {}})) == 1
