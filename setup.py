@@ -41,9 +41,12 @@ setup(
         "cpu": ["tensorflow-cpu>=2.21,<2.22"],
         "gpu": ["cupy-cuda13x>=14"],
         "test": ["pytest>=8", "pytest-xdist", "matplotlib"],
+        # what Keras' own test suites need beside TensorFlow (tfb conformance; WORKSPACE.md)
+        "conformance": ["pytest>=8", "pytest-xdist", "scipy"],
     },
     entry_points={"console_scripts": ["tfb=tf_backend.cli:main"],
                   "pytest11": ["tf_backend = tf_backend.pytest_plugin"],
-                  "tf_backend.devices": ["cpu = tf_backend.devices.cpu:CpuDevice"]},
+                  "tf_backend.devices": ["cpu = tf_backend.devices.cpu:CpuDevice",
+                                         "cuda = tf_backend.devices.cuda:CudaDevice"]},
     cmdclass={"build_py": BuildPyWithPth, "editable_wheel": EditableWheelWithPth},
 )
