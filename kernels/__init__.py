@@ -23,7 +23,7 @@ DEVICE_MODULES = {"cuda": (
     "elementwise", "math_ops", "reduction_ops", "matmul_ops", "array_ops", "array_concat_ops",
     "array_index_ops", "strided_slice", "nn_ops", "conv_ops", "pooling_ops",
     "gather_scatter_ops", "scan_ops", "misc_math_ops", "image_ops", "einsum_ops", "norm_ops",
-    "depthwise_ops", "loss_ops",
+    "depthwise_ops", "loss_ops", "conv3d_ops",
     "half_ops",   # last: wraps float32 kernels registered by the modules above
 )}
 _loaded = set()
@@ -75,6 +75,7 @@ HOST_INPUTS = {
     "ResizeBilinear": (1,), "ResizeNearestNeighbor": (1,), "ReverseV2": (1,), "Roll": (1, 2),
     "TopKV2": (1,), "ScatterNd": (2,), "MatrixBandPart": (1, 2), "UnsortedSegmentSum": (2,),
     "Conv2DBackpropInput": (0,), "Conv2DBackpropFilter": (1,),
+    "Conv3DBackpropInputV2": (0,), "Conv3DBackpropFilterV2": (1,),
     "DepthwiseConv2dNativeBackpropInput": (0,), "DepthwiseConv2dNativeBackpropFilter": (1,),
     "BroadcastGradientArgs": (0, 1),
 }

@@ -206,3 +206,86 @@ def conv2d_backprop_filter(inputs, attrs):
     if len(v) != 4:
         raise InvalidArgumentError(f"filter must be 4-dimensional: {fmt_shape(v)}")
     return [Spec(tuple(v), x.dtype)]
+
+
+# --- Conv3D (NDHWC) ------------------------------------------------------------------------
+# Ours runs NDHWC, unit dilations, ungrouped, non-empty filters. Everything else goes back to
+# TensorFlow (Unsupported), whose CPU kernel decides: on an AVX2-only CPU its Eigen kernel
+# refuses NCDHW and dilations, with oneDNN on it may run them, so the answer is stock's either
+# way; so do the rank, stride and depth errors, whose text is TensorFlow's own.
+
+class Window3:
+    __slots__ = ("k", "s", "o", "p")   # per spatial dim (d, h, w): size, stride, out, pad before
+
+
+def window3(x_shape, f_shape, attrs, op):
+    """Conv3D geometry for NDHWC input and DHWIO filter shapes (entries may be None)."""
+    if attrs.get("data_format", "NDHWC") != "NDHWC":
+        raise Unsupported("data_format:NCDHW")
+    strides = list(attrs.get("strides", ()))
+    dil = list(attrs.get("dilations", (1,) * 5))
+    if len(strides) != 5 or strides[0] != 1 or strides[4] != 1 or min(strides) < 1:
+        raise Unsupported("strides")
+    if any(d != 1 for d in dil):
+        raise Unsupported("dilations")
+    if x_shape is not None and len(x_shape) != 5 or f_shape is not None and len(f_shape) != 5:
+        raise Unsupported("rank")
+    if f_shape is not None:
+        if any(d == 0 for d in f_shape if d is not None):
+            raise Unsupported("empty_filter")
+        c = x_shape[4] if x_shape is not None else None
+        if c is not None and f_shape[3] is not None and c != f_shape[3]:
+            raise Unsupported("depth")     # grouped, or not divisible: TensorFlow's text
+    g = Window3()
+    g.s = strides[1:4]
+    g.k = [None] * 3 if f_shape is None else list(f_shape[:3])
+    g.o, g.p = [None] * 3, [0] * 3
+    for i in range(3):
+        size = None if x_shape is None else x_shape[i + 1]
+        if size is not None and g.k[i] is not None:
+            # a negative size raises stock's InvalidArgumentError and words
+            g.o[i], g.p[i], _ = output_size(size, g.k[i], g.s[i], 1, attrs.get("padding", "VALID"))
+    return g
+
+
+@shape_fn("Conv3D", value_free=True)
+def conv3d(inputs, attrs):
+    x, f = inputs[0], inputs[1]
+    g = window3(x.shape, f.shape, attrs, "Conv3D")
+    n = x.shape[0] if x.shape is not None else None
+    cout = f.shape[4] if f.shape is not None else None
+    return [Spec((n, *g.o, cout), x.dtype)]
+
+
+@shape_fn("Conv3DBackpropInputV2")
+def conv3d_backprop_input(inputs, attrs):
+    sizes, f, dy = inputs
+    v = sizes_value(sizes, "input_sizes", "Conv3DBackpropInputV2")
+    if v is None:
+        return [Spec((None,) * 5, dy.dtype)]
+    if len(v) != 5:
+        raise Unsupported("input_sizes")
+    g = window3(tuple(v), f.shape, attrs, "Conv3DBackpropInputV2")
+    _expect3(dy, v[0], g, f.shape[4] if f.shape is not None else None)
+    return [Spec(tuple(v), dy.dtype)]
+
+
+@shape_fn("Conv3DBackpropFilterV2")
+def conv3d_backprop_filter(inputs, attrs):
+    x, sizes, dy = inputs
+    v = sizes_value(sizes, "filter_sizes", "Conv3DBackpropFilterV2")
+    if v is None:
+        return [Spec((None,) * 5, x.dtype)]
+    if len(v) != 5:
+        raise Unsupported("filter_sizes")
+    g = window3(x.shape, tuple(v), attrs, "Conv3DBackpropFilterV2")
+    _expect3(dy, x.shape[0] if x.shape is not None else None, g, v[4])
+    return [Spec(tuple(v), x.dtype)]
+
+
+def _expect3(dy, n, g, cout):
+    """out_backprop must have the forward's output shape; else TensorFlow says what is wrong."""
+    want = (n, *g.o, cout)
+    if dy.shape is None or len(dy.shape) != 5 or any(
+            a is not None and b is not None and a != b for a, b in zip(dy.shape, want)):
+        raise Unsupported("out_backprop_shape")

@@ -223,3 +223,81 @@ CASES = [
            reduction_len=lambda a: a[2].shape[0] * a[2].shape[1] * a[2].shape[2],
            errors=bf_errors, grad=True),
 ]
+
+
+# --- Conv3D (NDHWC) and its V2 backprops -----------------------------------------------------
+T1, T2 = [1, 1, 1, 1, 1], [1, 2, 1, 2, 1]
+
+
+def _conv3(x, f, strides=T1, padding="SAME"):
+    return tf.raw_ops.Conv3D(input=x, filter=f, strides=strides, padding=padding)
+
+
+def _bi3(sizes, f, dy, strides=T1, padding="SAME"):
+    return tf.raw_ops.Conv3DBackpropInputV2(input_sizes=sizes, filter=f, out_backprop=dy,
+                                            strides=strides, padding=padding)
+
+
+def _bf3(x, sizes, dy, strides=T1, padding="SAME"):
+    return tf.raw_ops.Conv3DBackpropFilterV2(input=x, filter_sizes=sizes, out_backprop=dy,
+                                             strides=strides, padding=padding)
+
+
+# (input shape, filter shape, strides, padding)
+CONV3_SHAPES = [
+    ((1, 4, 5, 5, 3), (3, 3, 3, 3, 4), T1, "SAME"),
+    ((2, 5, 6, 7, 2), (2, 3, 2, 2, 3), T1, "VALID"),
+    ((1, 7, 6, 9, 3), (3, 3, 3, 3, 2), T2, "SAME"),
+    ((2, 6, 5, 6, 4), (1, 1, 1, 4, 5), T1, "VALID"),     # pointwise: one product
+    ((1, 6, 6, 6, 2), (1, 1, 1, 2, 3), T2, "VALID"),     # strided pointwise
+    ((1, 2, 3, 2, 2), (3, 3, 3, 2, 2), T1, "SAME"),      # filter larger than the input
+    ((1, 8, 12, 12, 8), (3, 3, 3, 8, 16), [1, 1, 2, 2, 1], "SAME"),
+]
+
+
+def _out3(xs, fs, st, pad):
+    from shape_fns.conv_ops import output_size
+    return (xs[0],) + tuple(output_size(xs[i + 1], fs[i], st[i + 1], 1, pad)[0]
+                            for i in range(3)) + (fs[4],)
+
+
+def conv3_samples(dt, rng):
+    out = [(_x(rng, xs, dt), _x(rng, fs, dt), st, pad) for xs, fs, st, pad in CONV3_SHAPES]
+    sp = special_floats(dt)
+    sp = np.resize(sp[np.abs(sp) != ml_dtypes.finfo(dt).max], (1, 3, 4, 4, 2))
+    out.append((sp, _x(rng, (2, 2, 2, 2, 3), dt), T1, "VALID"))
+    return out
+
+
+def conv3_errors(dt):
+    rng = np.random.default_rng(0)
+    x = _x(rng, (1, 4, 5, 5, 3), dt)
+    return [(x, _x(rng, (3, 3, 3, 4, 4), dt), T1, "SAME"),      # depth mismatch
+            (x, _x(rng, (3, 3, 3, 3), dt), T1, "SAME"),          # filter rank
+            (x[0], _x(rng, (3, 3, 3, 3, 4), dt), T1, "SAME"),    # input rank
+            (x, _x(rng, (3, 3, 3, 3, 4), dt), [2, 1, 1, 1, 1], "SAME"),   # batch stride
+            (x, _x(rng, (9, 3, 3, 3, 4), dt), T1, "VALID")]      # negative output size
+
+
+def bi3_samples(dt, rng):
+    return [(list(xs), _x(rng, fs, dt), _x(rng, _out3(xs, fs, st, pad), dt), st, pad)
+            for xs, fs, st, pad in CONV3_SHAPES]
+
+
+def bf3_samples(dt, rng):
+    return [(_x(rng, xs, dt), list(fs), _x(rng, _out3(xs, fs, st, pad), dt), st, pad)
+            for xs, fs, st, pad in CONV3_SHAPES]
+
+
+CASES += [
+    OpCase("Conv3D", "Conv3D", _conv3, conv3_samples, dtypes=("float32", "float64"),
+           kind="reduction", reduction_len=lambda a: int(np.prod(a[1].shape[:4])),
+           errors=conv3_errors, grad=True,
+           grad_ops=("Conv3DBackpropInputV2", "Conv3DBackpropFilterV2")),
+    OpCase("Conv3DBackpropInputV2", "Conv3DBackpropInputV2", _bi3, bi3_samples,
+           dtypes=("float32", "float64"), kind="reduction",
+           reduction_len=lambda a: int(np.prod(a[1].shape[:3])) * a[1].shape[4]),
+    OpCase("Conv3DBackpropFilterV2", "Conv3DBackpropFilterV2", _bf3, bf3_samples,
+           dtypes=("float32", "float64"), kind="reduction",
+           reduction_len=lambda a: int(np.prod(a[2].shape[:4]))),
+]
