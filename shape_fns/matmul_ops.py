@@ -1,6 +1,7 @@
 """Shape functions: matmul ops (MatMul, BatchMatMul, BatchMatMulV2, BatchMatMulV3)."""
 from .common import broadcast_shapes, same_dtype
 from .errors import InvalidArgumentError, Unsupported
+from .host import onednn_runs
 from .registry import shape_fn
 from .spec import Spec, fmt_shape
 
@@ -21,10 +22,28 @@ def _rank_check(specs, lo, exact=False):
                 f"In[{i}] ndims must be {need}: {len(s.shape)} (shape {fmt_shape(s.shape)})")
 
 
+def _generic_rank_check(specs, exact):
+    """TensorFlow's generic CPU kernel for MatMul and BatchMatMul (BaseBatchMatMulOp: where
+    oneDNN does not run the dtype, host.onednn_runs): both ranks first, in its words."""
+    a, b = specs
+    if a.shape is None or b.shape is None:
+        return
+    if len(a.shape) != len(b.shape):
+        raise InvalidArgumentError(
+            f"In[0] and In[1] has different ndims: {fmt_shape(a.shape)} vs. {fmt_shape(b.shape)}")
+    n = len(a.shape)
+    if exact and n != 2:
+        raise InvalidArgumentError(f"In[0] and In[1] ndims must be == 2: {n}")
+    if n < 2:
+        raise InvalidArgumentError(f"In[0] and In[1] ndims must be >= 2: {n}")
+
+
 @shape_fn("MatMul", value_free=True)
 def matmul(inputs, attrs):
     a, b = inputs
     dt = same_dtype(inputs, "MatMul")
+    if not onednn_runs(dt):
+        _generic_rank_check(inputs, exact=True)
     _rank_check(inputs, 2, exact=True)
     ta, tb = attrs.get("transpose_a", False), attrs.get("transpose_b", False)
     sa = a.shape if a.shape is not None else (None, None)
@@ -37,6 +56,8 @@ def matmul(inputs, attrs):
 
 def _batch_matmul(inputs, attrs, dtype, broadcast):
     x, y = inputs
+    if not broadcast and not onednn_runs(dtype):
+        _generic_rank_check(inputs, exact=False)
     _rank_check(inputs, 2)
     if x.shape is None or y.shape is None:
         return [Spec(None, dtype)]

@@ -1,19 +1,34 @@
 """Shape functions: 2-D max/avg pooling and their gradients."""
 from .conv_ops import nhwc_axes, output_size, sizes_value, to_nhwc, from_nhwc, Window
 from .errors import InvalidArgumentError, UnimplementedError, Unsupported
+from .host import onednn_runs
 from .registry import shape_fn
 from .spec import Spec, fmt_shape
 
 
-def _pool_attr(attrs, name, fmt):
+FORWARD = ("MaxPool", "AvgPool")
+
+
+def _pool_attr(attrs, name, fmt, op=None):
+    """(h, w) of ksize or strides, checked as stock's generic CPU kernels word it (op: the
+    forward pool's name; its checks differ a little from the gradients')."""
     v = list(attrs.get(name) or ())
+    if op in FORWARD and len(v) < 4:      # the op definition's minimum, checked before any kernel
+        raise InvalidArgumentError(f"Length for attr '{name}' of {len(v)} must be at least "
+                                   f"minimum 4")
     if len(v) != 4:
         raise InvalidArgumentError(f"Sliding window {name} field must specify 4 dimensions")
+    n, h, w, c = nhwc_axes(fmt)
+    if op == "AvgPool" and name == "ksize" and min(v) <= 0:
+        raise InvalidArgumentError(
+            f"ksize must be a positive int32 value, got:{next(k for k in v if k <= 0)}")
+    if op in FORWARD and name == "strides" and v[n] == 1 and v[c] == 1 and min(v) <= 0:
+        raise InvalidArgumentError(
+            f"Stride must be > 0, but got {next(k for k in (v[h], v[w]) if k <= 0)}")
     if min(v) <= 0:
         raise InvalidArgumentError(
             f"Sliding window {name} must be positive. The specified or inferred {name} is: "
             f"{','.join(map(str, v))}")
-    n, h, w, c = nhwc_axes(fmt)
     if v[n] != 1:
         raise UnimplementedError("Pooling is not yet supported on the batch dimension.")
     if v[c] != 1:
@@ -25,8 +40,8 @@ def pool_window(in_nhwc, attrs, op):
     """Window geometry of a pooling op (explicit paddings for MaxPool only)."""
     fmt = attrs.get("data_format", "NHWC")
     g = Window()
-    g.kh, g.kw = _pool_attr(attrs, "ksize", fmt)
-    g.sh, g.sw = _pool_attr(attrs, "strides", fmt)
+    g.kh, g.kw = _pool_attr(attrs, "ksize", fmt, op)
+    g.sh, g.sw = _pool_attr(attrs, "strides", fmt, op)
     g.dh = g.dw = 1
     padding = attrs.get("padding", "VALID")
     pt = pb = pl = pr = 0
@@ -50,12 +65,16 @@ def pool_window(in_nhwc, attrs, op):
     return g
 
 
-def _input4(spec, op, what="Input"):
+def _input4(spec, op, what="Input", fmt="NHWC"):
     if spec.shape is None:
         return None
     if len(spec.shape) != 4:
         if len(spec.shape) == 5:
             raise Unsupported("rank5_pooling")
+        if what == "Input" and not onednn_runs(spec.dtype):    # TensorFlow's generic kernel
+            raise InvalidArgumentError(
+                f"tensor_in_shape must have 2 spatial dimensions. {len(spec.shape)} "
+                f"{int(fmt == 'NCHW')}")
         if what == "Input":   # stock's words: its pools also take 5-D (those run on TensorFlow)
             raise InvalidArgumentError(
                 f"Input must be 4 or 5-dimensional: {fmt_shape(spec.shape)} ({op})")
@@ -73,12 +92,21 @@ def pooled_shape(x_shape, attrs, op):
     return from_nhwc((xs[0], g.oh, g.ow, xs[3]), fmt), g
 
 
-@shape_fn("MaxPool", "AvgPool", value_free=True)
-def pool(inputs, attrs):
+def _pool(inputs, attrs, op):
     x = inputs[0]
-    shape = _input4(x, "Pool")
-    out, _ = pooled_shape(shape, attrs, "Pool")
+    shape = _input4(x, "Pool", fmt=attrs.get("data_format", "NHWC"))
+    out, _ = pooled_shape(shape, attrs, op)
     return [Spec(out, x.dtype)]
+
+
+@shape_fn("MaxPool", value_free=True)
+def max_pool(inputs, attrs):
+    return _pool(inputs, attrs, "MaxPool")
+
+
+@shape_fn("AvgPool", value_free=True)
+def avg_pool(inputs, attrs):
+    return _pool(inputs, attrs, "AvgPool")
 
 
 def _expect(spec, shape, what, op):
