@@ -69,7 +69,8 @@ def test_registry_errors_are_clear():
 
 def test_setup_registers_the_cpu_device_entry_point():
     src = open(os.path.join(ROOT, "setup.py")).read()
-    assert '"tf_backend.devices": ["cpu = tf_backend.devices.cpu:CpuDevice"]' in src
+    assert '"tf_backend.devices": ["cpu = tf_backend.devices.cpu:CpuDevice",' in src
+    assert '"cuda = tf_backend.devices.cuda:CudaDevice"]' in src
 
 
 def tiny_program(path, ops=("MatMul", "BiasAdd", "Relu")):

@@ -241,9 +241,30 @@ def _make_node(prog, graph, op, ins, outs, ctrl, where, depth):
     if kdef is None:
         node.reason = reason
         return _stock_checked(node, layout)
+    if layout and layout.startswith("NC") and _declines(prog, info, ins, attrs):
+        node.reason = f"layout:{layout}"      # our kernel declines it: as a TensorFlow node
+        return _stock_checked(node, layout)
     node.kind, node.kdef, node.attrs = "kernel", kdef, attrs
     node.shape_fn, node.value_free = info.shape_fn, info.value_free
     return node
+
+
+def _declines(prog, info, ins, attrs):
+    """Does the op's shape fn send these static inputs back to TensorFlow (Unsupported)?"""
+    from shape_fns import Unsupported
+    specs = []
+    for s in ins:
+        sp = prog.slot_specs.get(s)
+        if sp is None:
+            return False
+        specs.append(Spec(sp.shape, sp.dtype, prog.consts.get(s)))
+    try:
+        info.shape_fn(specs, attrs)
+    except Unsupported:
+        return True
+    except Exception:  # noqa: BLE001 - an error here is the node's to raise at run time
+        return False
+    return False
 
 
 def _data_format(raw_attrs):
