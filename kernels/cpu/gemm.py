@@ -365,27 +365,58 @@ def matmul(a, b, out, b_stays=False):
     numpy_matmul(a, b, out)
 
 
+_job_templates = {}    # layout key -> the blocks with zero base addresses, or None
+
+
 def _team_jobs(a, b, out, M, K, N):
     """The product's blocks for numba's team (one BLAS call per row), or None when the team
-    cannot run it (layouts BLAS cannot read in place, too small, another dtype, overlaps)."""
+    cannot run it (layouts BLAS cannot read in place, too small, another dtype, overlaps).
+    The blocks depend on the layout only: they are worked out once per layout and the call's
+    addresses added (building them from tuples cost more than a 64x64x256 product)."""
+    dt = out.dtype
+    if not (ENABLED and available()) or a.dtype != dt or b.dtype != dt \
+            or np.may_share_memory(out, a) or np.may_share_memory(out, b):
+        return None
+    key = (dt.char, M, K, N, a.strides, b.strides, out.strides)
+    t = _job_templates.get(key, False)
+    if t is False:
+        t = _job_templates[key] = _job_template(a, b, out, M, K, N)
+    if t is None:
+        return None
+    return _add_addresses(t, a, b, out)
+
+
+@njit(cache=True, nogil=True)
+def _add_addresses(t, a, b, out):
+    """The template's blocks at these operands' addresses (numpy's .ctypes costs ~3 us each)."""
+    jobs = t.copy()
+    pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
+    for i in range(jobs.shape[0]):
+        jobs[i, 5] += pa
+        jobs[i, 7] += pb
+        jobs[i, 9] += pc
+    return jobs
+
+
+def _job_template(a, b, out, M, K, N):
     dt = out.dtype
     fa, fb = _operand(a, M, K), _operand(b, K, N)
     if (fa is None or fb is None or out.strides[1] != dt.itemsize
-            or out.strides[0] != N * dt.itemsize or not _team_can_run(a, b, out, M * N * K)):
+            or out.strides[0] != N * dt.itemsize or M * N * K < TEAM_MIN
+            or dt not in (np.float32, np.float64)):
         return None
     P = _blocks()
-    pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
     if P > 1 and M >= ROWS_MIN * P and (M >= N or N < 2 * BLOCK * P):   # row blocks
         step = _ceil(_ceil(M, P), BLOCK) * BLOCK
-        return np.array([(fa[0], fb[0], min(step, M - r), N, K, pa + r * a.strides[0], fa[1],
-                          pb, fb[1], pc + r * out.strides[0], N) for r in range(0, M, step)],
+        return np.array([(fa[0], fb[0], min(step, M - r), N, K, r * a.strides[0], fa[1],
+                          0, fb[1], r * out.strides[0], N) for r in range(0, M, step)],
                         np.int64)
     if P > 1 and N >= 2 * BLOCK * P:       # column blocks (few rows: 7x7 layers, small batch)
         step = _ceil(_ceil(N, P), BLOCK) * BLOCK
-        return np.array([(fa[0], fb[0], M, min(step, N - c), K, pa, fa[1],
-                          pb + c * b.strides[1], fb[1], pc + c * out.strides[1], N)
+        return np.array([(fa[0], fb[0], M, min(step, N - c), K, 0, fa[1],
+                          c * b.strides[1], fb[1], c * out.strides[1], N)
                          for c in range(0, N, step)], np.int64)
-    return np.array([(fa[0], fb[0], M, N, K, pa, fa[1], pb, fb[1], pc, N)], np.int64)
+    return np.array([(fa[0], fb[0], M, N, K, 0, fa[1], 0, fb[1], 0, N)], np.int64)
 
 
 # Kernel choice by measurement. A product's key: dtype, M x K x N, the operands' layouts and
