@@ -114,6 +114,14 @@ def source(prog, view, view_ops, small_bytes=0, plain_below=0):
             body += [f"STEP({bind(n, 'N', i)}, vals, failed)", "if failed:",
                      f"    return {i + 1}, None"]
         body += [f"vals[{s}] = None" for s in drops[i]]
+        text = "\n".join(body)
+        # the node's locals let go of its inputs: a value dropped after its last use must
+        # really die (a variable's read still alive makes TensorFlow copy the whole variable
+        # on its next update: 784x256 float32, every training step)
+        if ins and f"{ins[0]} = vals[" in text:
+            body.append(f"del {', '.join(ins)}")
+        if "a = [" in text:
+            body.append("a = None")
         if not body:
             continue
         lines += [f"    # #{i} {kind}:{n.op} [{n.name}]", "    try:"]
