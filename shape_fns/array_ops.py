@@ -327,3 +327,61 @@ def broadcast_gradient_args(inputs, attrs):
 
 
 # Registration happens on import.
+
+
+# SpaceToBatchND / BatchToSpaceND: ours for well-formed inputs; any malformed block shape,
+# paddings/crops or divisibility goes back to TensorFlow (Unsupported), whose kernel words it.
+
+def _blocks(block, pads, x, op):
+    """(block sizes, [(before, after)]) from the host inputs, or None when a value is unknown."""
+    if block.value is None or pads.value is None or x.shape is None:
+        return None
+    b = np.asarray(block.value)
+    p = np.asarray(pads.value)
+    m = b.size
+    if b.ndim != 1 or p.shape != (m, 2) or len(x.shape) < 1 + m or (b < 1).any() or (p < 0).any():
+        raise Unsupported(f"{op}: malformed block_shape/paddings")
+    return [int(v) for v in b], [(int(lo), int(hi)) for lo, hi in p]
+
+
+@shape_fn("SpaceToBatchND")
+def space_to_batch_nd(inputs, attrs):
+    x, block, pads = inputs
+    bp = _blocks(block, pads, x, "SpaceToBatchND")
+    if bp is None:
+        return [unknown(x.dtype, None if x.shape is None else len(x.shape))]
+    b, p = bp
+    shape = list(x.shape)
+    out = [None if shape[0] is None else shape[0] * int(np.prod(b))]
+    for i, (k, (lo, hi)) in enumerate(zip(b, p)):
+        d = shape[1 + i]
+        if d is None:
+            out.append(None)
+            continue
+        if (d + lo + hi) % k:
+            raise Unsupported("SpaceToBatchND: padded size not divisible by the block size")
+        out.append((d + lo + hi) // k)
+    return [Spec(tuple(out + shape[1 + len(b):]), x.dtype)]
+
+
+@shape_fn("BatchToSpaceND")
+def batch_to_space_nd(inputs, attrs):
+    x, block, crops = inputs
+    bp = _blocks(block, crops, x, "BatchToSpaceND")
+    if bp is None:
+        return [unknown(x.dtype, None if x.shape is None else len(x.shape))]
+    b, c = bp
+    shape = list(x.shape)
+    n = int(np.prod(b))
+    if shape[0] is not None and shape[0] % n:
+        raise Unsupported("BatchToSpaceND: batch not divisible by the block sizes")
+    out = [None if shape[0] is None else shape[0] // n]
+    for i, (k, (lo, hi)) in enumerate(zip(b, c)):
+        d = shape[1 + i]
+        if d is None:
+            out.append(None)
+            continue
+        if d * k - lo - hi < 0:
+            raise Unsupported("BatchToSpaceND: crops larger than the block")
+        out.append(d * k - lo - hi)
+    return [Spec(tuple(out + shape[1 + len(b):]), x.dtype)]

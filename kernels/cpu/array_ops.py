@@ -141,3 +141,52 @@ def broadcast_gradient_args(inputs, outputs, attrs):
 
 
 # Registration happens on import.
+
+
+# TensorFlow's CPU kernels take real numbers only (no bool: NotFoundError, theirs)
+REAL = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+        "uint16", "uint32", "uint64")
+
+
+@kernel("SpaceToBatchND", dtypes=REAL)
+def space_to_batch_nd(inputs, outputs, attrs):
+    """Pad the block dims, split each into (size / block, block), move the blocks in front of
+    the batch, flatten them into it: TensorFlow's definition, as numpy views and one copy."""
+    x, block, pads = inputs
+    out = outputs[0]
+    if out.size == 0:
+        return
+    b = [int(v) for v in np.asarray(block).reshape(-1)]
+    p = np.asarray(pads).reshape(-1, 2)
+    m = len(b)
+    padded = np.pad(x, [(0, 0)] + [(int(lo), int(hi)) for lo, hi in p]
+                    + [(0, 0)] * (x.ndim - 1 - m))
+    split = [x.shape[0]]
+    for i, k in enumerate(b):
+        split += [padded.shape[1 + i] // k, k]
+    rest = list(x.shape[1 + m:])
+    r = padded.reshape(split + rest)
+    perm = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)] + \
+        list(range(1 + 2 * m, 1 + 2 * m + len(rest)))
+    np.copyto(out, r.transpose(perm).reshape(out.shape))
+
+
+@kernel("BatchToSpaceND", dtypes=REAL)
+def batch_to_space_nd(inputs, outputs, attrs):
+    """The inverse: blocks out of the batch, interleaved back into each block dim, cropped."""
+    x, block, crops = inputs
+    out = outputs[0]
+    if out.size == 0:
+        return
+    b = [int(v) for v in np.asarray(block).reshape(-1)]
+    c = np.asarray(crops).reshape(-1, 2)
+    m = len(b)
+    n = x.shape[0] // int(np.prod(b))
+    rest = list(x.shape[1 + m:])
+    r = x.reshape(b + [n] + list(x.shape[1:]))
+    perm = [m] + [v for i in range(m) for v in (m + 1 + i, i)] + \
+        list(range(2 * m + 1, 2 * m + 1 + len(rest)))
+    full = r.transpose(perm).reshape([n] + [x.shape[1 + i] * b[i] for i in range(m)] + rest)
+    sl = [slice(None)] + [slice(int(lo), full.shape[1 + i] - int(hi))
+                          for i, (lo, hi) in enumerate(c)]
+    np.copyto(out, full[tuple(sl)])

@@ -220,3 +220,41 @@ CASES = [
            errors=lambda dt: [(np.array([2, 3], dt), np.array([4], dt)),
                               (np.array([[2, 3]], dt), np.array([3], dt))]),
 ]
+
+
+# SpaceToBatchND / BatchToSpaceND: 1-D and 2-D blocks, paddings/crops, trailing dims, int
+# block shapes of both widths; malformed inputs go back to TensorFlow, which raises
+S2B = [((2, 4, 4, 3), [2, 2], [[0, 0], [0, 0]]), ((1, 5, 6, 2), [2, 3], [[1, 0], [0, 0]]),
+       ((3, 7, 1), [2], [[1, 0]]), ((2, 4, 6), [2, 2], [[0, 0], [1, 1]]),
+       ((1, 3, 3, 2, 4), [3], [[0, 0]]), ((0, 4, 4, 1), [2, 2], [[0, 0], [0, 0]])]
+B2S = [((8, 2, 2, 3), [2, 2], [[0, 0], [0, 0]]), ((6, 3, 2, 2), [2, 3], [[1, 0], [0, 2]]),
+       ((6, 4, 1), [2], [[1, 0]]), ((4, 2, 3), [2, 2], [[0, 1], [1, 0]]),
+       ((3, 3, 3, 2, 4), [3], [[0, 0]])]
+
+
+def _blk(make, wide=False):
+    def samples(dt, rng):
+        return [(data(rng, s, dt), np.array(b, np.int64 if wide else np.int32),
+                 np.array(p, np.int32)) for s, b, p in make]
+    return samples
+
+
+CASES += [
+    OpCase("SpaceToBatchND", "SpaceToBatchND", lambda x, b, p: tf.space_to_batch_nd(x, b, p),
+           _blk(S2B), dtypes=ALL[:4], kind="exact", grad=True, grad_ops=("BatchToSpaceND",),
+           errors=lambda dt: [(np.zeros((2, 5, 4, 1), dt), np.array([2, 2], np.int32),
+                               np.zeros((2, 2), np.int32)),          # 5 not divisible by 2
+                              (np.zeros((2, 4, 4, 1), dt), np.array([0, 2], np.int32),
+                               np.zeros((2, 2), np.int32)),          # zero block
+                              (np.zeros((2, 4, 4, 1), dt), np.array([2, 2], np.int32),
+                               np.array([[-1, 1], [0, 0]], np.int32))]),   # negative padding
+    OpCase("SpaceToBatchND-int64_block", "SpaceToBatchND",
+           lambda x, b, p: tf.space_to_batch_nd(x, b, p), _blk(S2B[:2], wide=True),
+           dtypes=("float32",), kind="exact"),
+    OpCase("BatchToSpaceND", "BatchToSpaceND", lambda x, b, c: tf.batch_to_space(x, b, c),
+           _blk(B2S), dtypes=ALL[:4], kind="exact", grad=True, grad_ops=("SpaceToBatchND",),
+           errors=lambda dt: [(np.zeros((6, 2, 2, 1), dt), np.array([2, 2], np.int32),
+                               np.zeros((2, 2), np.int32)),          # 6 not divisible by 4
+                              (np.zeros((8, 2, 2, 1), dt), np.array([2, 2], np.int32),
+                               np.array([[3, 2], [0, 0]], np.int32))]),   # crops too large
+]
