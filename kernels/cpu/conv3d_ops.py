@@ -6,6 +6,7 @@ from numba import njit, prange
 
 from kernels import kernel
 from kernels.cpu import gemm, jit
+from kernels.cpu.conv_ops import filter_grad_chunks
 from kernels.cpu.scratch import scratch
 from shape_fns.conv_ops import window3
 
@@ -84,25 +85,35 @@ def _pointwise(g):
     return g.k == [1, 1, 1] and g.p == [0, 0, 0]
 
 
+def _pixels(x, g):
+    """A pointwise convolution's input pixels (strided), as (pixels, C)."""
+    sd, sh, sw = g.s
+    xs = x if g.s == [1, 1, 1] else np.ascontiguousarray(x[:, ::sd, ::sh, ::sw])
+    return xs.reshape(-1, x.shape[4])
+
+
+def _patches(x, K, g):
+    """(Q output rows, rows per chunk, OW, cols buffer, fill(q0, q1)) for im2col in chunks."""
+    OD, OH, OW = g.o
+    Q = x.shape[0] * OD * OH
+    step = min(Q, max(1, COLS_MAX_BYTES // (OW * K * x.itemsize)))
+    cols = scratch((step * OW, K), x.dtype, "cols")
+    cols3 = cols.reshape(step * OW, -1, x.shape[4])
+    im2col = _im2col_p if cols.size >= PARALLEL_MIN else _im2col_s
+    return Q, step, OW, cols, lambda q0, q1: im2col(x, cols3, q0, q1, *_args(g))
+
+
 def forward(x, f, out, g):
-    N, C = x.shape[0], x.shape[4]
-    K, CO = int(np.prod(g.k)) * C, f.shape[4]
+    K, CO = int(np.prod(g.k)) * x.shape[4], f.shape[4]
     w2 = f.reshape(K, CO)
     o2 = out.reshape(-1, CO)
     if _pointwise(g):
-        sd, sh, sw = g.s
-        xs = x if g.s == [1, 1, 1] else np.ascontiguousarray(x[:, ::sd, ::sh, ::sw])
-        gemm.matmul(xs.reshape(-1, C), w2, o2)
+        gemm.matmul(_pixels(x, g), w2, o2)
         return
-    OD, OH, OW = g.o
-    Q = N * OD * OH
-    step = min(Q, max(1, COLS_MAX_BYTES // (OW * K * x.itemsize)))
-    cols = scratch((step * OW, K), x.dtype, "cols")
-    cols3 = cols.reshape(step * OW, -1, C)
-    im2col = _im2col_p if cols.size >= PARALLEL_MIN else _im2col_s
+    Q, step, OW, cols, fill = _patches(x, K, g)
     for q0 in range(0, Q, step):
         q1 = min(Q, q0 + step)
-        im2col(x, cols3, q0, q1, *_args(g))
+        fill(q0, q1)
         gemm.matmul(cols[:(q1 - q0) * OW], w2, o2[q0 * OW:q1 * OW])
 
 
@@ -127,69 +138,43 @@ def backprop_input(f, dy, dx, g):
 
 
 def backprop_filter(x, dy, df, g):
-    N, C = x.shape[0], x.shape[4]
-    K, CO = int(np.prod(g.k)) * C, df.shape[4]
+    K, CO = int(np.prod(g.k)) * x.shape[4], df.shape[4]
     df2 = df.reshape(K, CO)
     dy2 = dy.reshape(-1, CO)
     if _pointwise(g):
-        sd, sh, sw = g.s
-        xs = x if g.s == [1, 1, 1] else np.ascontiguousarray(x[:, ::sd, ::sh, ::sw])
-        gemm.matmul(xs.reshape(-1, C).T, dy2, df2)
+        gemm.matmul(_pixels(x, g).T, dy2, df2)
         return
-    OD, OH, OW = g.o
-    Q = N * OD * OH
-    step = min(Q, max(1, COLS_MAX_BYTES // (OW * K * x.itemsize)))
-    cols = scratch((step * OW, K), x.dtype, "cols")
-    cols3 = cols.reshape(step * OW, -1, C)
-    im2col = _im2col_p if cols.size >= PARALLEL_MIN else _im2col_s
-    part = None
-    for q0 in range(0, Q, step):
-        q1 = min(Q, q0 + step)
-        m = (q1 - q0) * OW
-        im2col(x, cols3, q0, q1, *_args(g))
-        if q0 == 0:
-            gemm.matmul(cols[:m].T, dy2[:m], df2)
-        else:
-            part = np.empty_like(df2) if part is None else part
-            gemm.matmul(cols[:m].T, dy2[q0 * OW:q1 * OW], part)
-            df2 += part
+    Q, step, OW, cols, fill = _patches(x, K, g)
+    filter_grad_chunks(cols, dy2, df2, Q, step, OW, fill)
 
 
-def _nothing(arrays, out):
-    if out.size and all(a.size for a in arrays):
-        return False
-    out[...] = 0
-    return True
+def _run(fn, geometry_shapes, attrs, op, present, out, operands):
+    """Geometry (shape fn rules), nothing to compute for empty operands, else fn on contiguous
+    operands under numpy's quiet error state (TensorFlow returns inf/NaN)."""
+    g = window3(*geometry_shapes, attrs, op)
+    if not (out.size and all(a.size for a in present)):
+        out[...] = 0
+        return
+    with np.errstate(all="ignore"):
+        fn(*(np.ascontiguousarray(a) for a in operands), out, g)
 
 
 @kernel("Conv3D", dtypes=FLOATS)
 def conv3d(inputs, outputs, attrs):
     x, f = inputs
-    out = outputs[0]
-    g = window3(x.shape, f.shape, attrs, "Conv3D")
-    if _nothing((x,), out):
-        return
-    with np.errstate(all="ignore"):
-        forward(np.ascontiguousarray(x), np.ascontiguousarray(f), out, g)
+    _run(forward, (x.shape, f.shape), attrs, "Conv3D", (x,), outputs[0], (x, f))
 
 
 @kernel("Conv3DBackpropInputV2", dtypes=FLOATS)
 def conv3d_backprop_input(inputs, outputs, attrs):
     _, f, dy = inputs
     dx = outputs[0]
-    g = window3(dx.shape, f.shape, attrs, "Conv3DBackpropInputV2")
-    if _nothing((dy,), dx):
-        return
-    with np.errstate(all="ignore"):
-        backprop_input(np.ascontiguousarray(f), np.ascontiguousarray(dy), dx, g)
+    _run(backprop_input, (dx.shape, f.shape), attrs, "Conv3DBackpropInputV2", (dy,), dx, (f, dy))
 
 
 @kernel("Conv3DBackpropFilterV2", dtypes=FLOATS)
 def conv3d_backprop_filter(inputs, outputs, attrs):
     x, _, dy = inputs
     df = outputs[0]
-    g = window3(x.shape, df.shape, attrs, "Conv3DBackpropFilterV2")
-    if _nothing((x, dy), df):
-        return
-    with np.errstate(all="ignore"):
-        backprop_filter(np.ascontiguousarray(x), np.ascontiguousarray(dy), df, g)
+    _run(backprop_filter, (x.shape, df.shape), attrs, "Conv3DBackpropFilterV2", (x, dy), df,
+         (x, dy))

@@ -211,11 +211,18 @@ def backprop_filter_nhwc(x, dy, df, g):
     cols = scratch((step * OW, K), x.dtype, "cols")
     cols3 = cols.reshape(step * OW, KH * KW, C)
     im2col = _im2col_fn(g, cols.size)
+    filter_grad_chunks(cols, dy2, df2, Q, step, OW,
+                       lambda q0, q1: im2col(x, cols3, q0, q1, OH, OW, *_geom_args(g)))
+
+
+def filter_grad_chunks(cols, dy2, df2, Q, step, OW, fill):
+    """df2 = sum over chunks of cols^T @ dy2 rows: `fill(q0, q1)` writes the patches of output
+    rows q0..q1 (OW pixels each) into cols; the first chunk writes df2, the rest add to it."""
     part = None
     for q0 in range(0, Q, step):
         q1 = min(Q, q0 + step)
         m = (q1 - q0) * OW
-        im2col(x, cols3, q0, q1, OH, OW, *_geom_args(g))
+        fill(q0, q1)
         if q0 == 0:
             gemm.matmul(cols[:m].T, dy2[:m], df2)
         else:
