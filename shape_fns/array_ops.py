@@ -385,3 +385,42 @@ def batch_to_space_nd(inputs, attrs):
             raise Unsupported("BatchToSpaceND: crops larger than the block")
         out.append(d * k - lo - hi)
     return [Spec(tuple(out + shape[1 + len(b):]), x.dtype)]
+
+
+def _depth_block(x, attrs, op):
+    """(N, H, W, C, b) of an NHWC DepthToSpace/SpaceToDepth; anything else goes back to
+    TensorFlow (NCHW layouts, small blocks, ranks), whose kernel words the error."""
+    b = attrs.get("block_size")
+    if attrs.get("data_format", "NHWC") != "NHWC" or b is None or b < 2:
+        raise Unsupported(f"{op}: layout or block_size")
+    if x.shape is None:
+        return None
+    if len(x.shape) != 4:
+        raise Unsupported(f"{op}: rank")
+    return (*x.shape, b)
+
+
+@shape_fn("DepthToSpace", value_free=True)
+def depth_to_space(inputs, attrs):
+    x = inputs[0]
+    g = _depth_block(x, attrs, "DepthToSpace")
+    if g is None:
+        return [unknown(x.dtype, 4)]
+    n, h, w, c, b = g
+    if c is not None and c % (b * b):
+        raise Unsupported("DepthToSpace: depth not divisible by block_size squared")
+    return [Spec((n, None if h is None else h * b, None if w is None else w * b,
+                  None if c is None else c // (b * b)), x.dtype)]
+
+
+@shape_fn("SpaceToDepth", value_free=True)
+def space_to_depth(inputs, attrs):
+    x = inputs[0]
+    g = _depth_block(x, attrs, "SpaceToDepth")
+    if g is None:
+        return [unknown(x.dtype, 4)]
+    n, h, w, c, b = g
+    if (h is not None and h % b) or (w is not None and w % b):
+        raise Unsupported("SpaceToDepth: height or width not divisible by block_size")
+    return [Spec((n, None if h is None else h // b, None if w is None else w // b,
+                  None if c is None else c * b * b), x.dtype)]

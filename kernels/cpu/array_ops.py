@@ -190,3 +190,27 @@ def batch_to_space_nd(inputs, outputs, attrs):
     sl = [slice(None)] + [slice(int(lo), full.shape[1 + i] - int(hi))
                           for i, (lo, hi) in enumerate(c)]
     np.copyto(out, full[tuple(sl)])
+
+
+@kernel("DepthToSpace")
+def depth_to_space(inputs, outputs, attrs):
+    """NHWC: out[n, h*b + i, w*b + j, c] = x[n, h, w, (i*b + j)*C' + c], one copy."""
+    x, out = inputs[0], outputs[0]
+    if out.size == 0:
+        return
+    b = attrs["block_size"]
+    n, h, w, c = x.shape
+    np.copyto(out, x.reshape(n, h, w, b, b, c // (b * b)).transpose(0, 1, 3, 2, 4, 5)
+              .reshape(out.shape))
+
+
+@kernel("SpaceToDepth")
+def space_to_depth(inputs, outputs, attrs):
+    """The inverse: each b x b block of pixels becomes b*b*C channels."""
+    x, out = inputs[0], outputs[0]
+    if out.size == 0:
+        return
+    b = attrs["block_size"]
+    n, h, w, c = x.shape
+    np.copyto(out, x.reshape(n, h // b, b, w // b, b, c).transpose(0, 1, 3, 2, 4, 5)
+              .reshape(out.shape))

@@ -258,3 +258,17 @@ CASES += [
                               (np.zeros((8, 2, 2, 1), dt), np.array([2, 2], np.int32),
                                np.array([[3, 2], [0, 0]], np.int32))]),   # crops too large
 ]
+
+# DepthToSpace / SpaceToDepth (NHWC); bad depths/sizes and NCHW go back to TensorFlow
+CASES += [
+    OpCase("DepthToSpace", "DepthToSpace", lambda x, b: tf.nn.depth_to_space(x, b),
+           _shaped(lambda: [((1, 2, 3, 8), 2), ((2, 3, 2, 9), 3), ((1, 1, 1, 4), 2),
+                            ((0, 2, 2, 4), 2), ((2, 4, 4, 12), 2)]),
+           dtypes=ALL, kind="exact", grad=True, grad_ops=("SpaceToDepth",),
+           errors=_errs(lambda: [((1, 2, 2, 6), 2), ((1, 2, 2, 4), 1), ((2, 2, 4), 2)])),
+    OpCase("SpaceToDepth", "SpaceToDepth", lambda x, b: tf.nn.space_to_depth(x, b),
+           _shaped(lambda: [((1, 4, 6, 2), 2), ((2, 6, 3, 1), 3), ((1, 2, 2, 4), 2),
+                            ((0, 2, 2, 1), 2), ((2, 8, 8, 3), 2)]),
+           dtypes=ALL, kind="exact", grad=True, grad_ops=("DepthToSpace",),
+           errors=_errs(lambda: [((1, 3, 4, 2), 2), ((1, 4, 4, 1), 1), ((4, 4, 1), 2)])),
+]
