@@ -1,4 +1,4 @@
-"""Shape functions: ClipByValue and L2Loss."""
+"""Shape functions: ClipByValue, L2Loss and MatrixBandPart."""
 from .errors import InvalidArgumentError
 from .registry import shape_fn
 from .spec import Spec, fmt_shape
@@ -24,3 +24,20 @@ def clip_by_value(inputs, attrs):
 @shape_fn("L2Loss", value_free=True)
 def l2_loss(inputs, attrs):
     return [Spec((), inputs[0].dtype)]
+
+
+@shape_fn("MatrixBandPart")
+def matrix_band_part(inputs, attrs):
+    """Ours for at-least-2-D input and scalar bands within the matrix; anything else goes back
+    to TensorFlow (Unsupported), whose kernel words the error."""
+    from .errors import Unsupported
+    x, lo, hi = inputs
+    if x.shape is not None and len(x.shape) < 2:
+        raise Unsupported("MatrixBandPart: rank")
+    for v, d in ((lo, -2), (hi, -1)):
+        if v.shape is not None and len(v.shape) != 0:
+            raise Unsupported("MatrixBandPart: band not a scalar")
+        if v.value is not None and x.shape is not None and x.shape[d] is not None \
+                and int(v.value) > x.shape[d]:
+            raise Unsupported("MatrixBandPart: band larger than the matrix")
+    return [Spec(x.shape, x.dtype)]

@@ -1,4 +1,4 @@
-"""CPU kernels: ClipByValue and L2Loss (numpy/BLAS).
+"""CPU kernels: ClipByValue, L2Loss (numpy/BLAS) and MatrixBandPart.
 
 ClipByValue is TensorFlow's std::max(std::min(t, max), min): a NaN in t stays, a NaN bound is
 ignored, and min wins over max when min > max (numpy's minimum/maximum would propagate NaN).
@@ -22,3 +22,21 @@ def l2_loss(inputs, outputs, attrs):
     f = inputs[0].reshape(-1)
     with np.errstate(all="ignore"):
         outputs[0][()] = np.dot(f, f) * f.dtype.type(0.5)
+
+
+@kernel("MatrixBandPart")
+def matrix_band_part(inputs, outputs, attrs):
+    """Keep the band: rows - cols <= num_lower and cols - rows <= num_upper (negative: all)."""
+    x, lo, hi = inputs
+    out = outputs[0]
+    if out.size == 0:
+        return
+    lo, hi = int(lo), int(hi)
+    m, n = x.shape[-2:]
+    d = np.arange(m)[:, None] - np.arange(n)[None, :]
+    keep = np.ones((m, n), bool)
+    if lo >= 0:
+        keep &= d <= lo
+    if hi >= 0:
+        keep &= -d <= hi
+    np.copyto(out, np.where(keep, x, np.zeros((), x.dtype)))

@@ -44,3 +44,23 @@ CASES = [
            dtypes=("float32", "float64"), kind="reduction",
            reduction_len=lambda a: max(1, np.asarray(a[0]).size), grad=True, grad_ops=("Mul",)),
 ]
+
+
+def _band_samples(dt, rng):
+    out = []
+    for shape, lo, hi in (((3, 4), 1, -1), ((2, 3, 4), 0, 0), ((4, 4), -1, 1), ((5, 3), 2, 0),
+                          ((2, 2, 3, 3), -1, -1), ((0, 3), 0, 1), ((3, 4), 3, 4)):
+        out.append((data(rng, shape, dt), np.int64(lo), np.int64(hi)))
+    out.append((data(rng, (3, 3), dt), np.int32(1), np.int32(0)))
+    return out
+
+
+CASES += [
+    OpCase("MatrixBandPart", "MatrixBandPart", lambda x, lo, hi: tf.linalg.band_part(x, lo, hi),
+           _band_samples, dtypes=("float32", "float64", "int32", "int64", "bool"), kind="exact",
+           grad=True,
+           errors=lambda dt: [(np.zeros((4,), dt), np.int64(1), np.int64(1)),
+                              (np.zeros((3, 4), dt), np.int64(5), np.int64(1)),
+                              (np.zeros((3, 4), dt), np.int64(1), np.int64(9)),
+                              (np.zeros((3, 4), dt), np.array([1], np.int64), np.int64(1))]),
+]
