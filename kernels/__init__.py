@@ -76,7 +76,7 @@ HOST_INPUTS = {
     "TopKV2": (1,), "ScatterNd": (2,), "MatrixBandPart": (1, 2), "UnsortedSegmentSum": (2,),
     "Conv2DBackpropInput": (0,), "Conv2DBackpropFilter": (1,),
     "Conv3DBackpropInputV2": (0,), "Conv3DBackpropFilterV2": (1,),
-    "SpaceToBatchND": (1, 2), "BatchToSpaceND": (1, 2),
+    "SpaceToBatchND": (1, 2), "BatchToSpaceND": (1, 2), "InTopKV2": (2,),
     "DepthwiseConv2dNativeBackpropInput": (0,), "DepthwiseConv2dNativeBackpropFilter": (1,),
     "BroadcastGradientArgs": (0, 1),
 }

@@ -1,4 +1,6 @@
-"""Shape functions: ClipByValue, L2Loss and MatrixBandPart."""
+"""Shape functions: ClipByValue, L2Loss, MatrixBandPart and InTopKV2."""
+import numpy as np
+
 from .errors import InvalidArgumentError
 from .registry import shape_fn
 from .spec import Spec, fmt_shape
@@ -41,3 +43,19 @@ def matrix_band_part(inputs, attrs):
                 and int(v.value) > x.shape[d]:
             raise Unsupported("MatrixBandPart: band larger than the matrix")
     return [Spec(x.shape, x.dtype)]
+
+
+@shape_fn("InTopKV2")
+def in_top_k(inputs, attrs):
+    """bool[batch]; bad ranks, mismatched batches and negative k go back to TensorFlow."""
+    from .errors import Unsupported
+    p, t, k = inputs
+    if (p.shape is not None and len(p.shape) != 2) or (t.shape is not None and len(t.shape) != 1) \
+            or (k.shape is not None and len(k.shape) != 0) \
+            or (k.value is not None and int(k.value) < 0):
+        raise Unsupported("InTopKV2: shapes or k")
+    b = p.shape[0] if p.shape is not None else None
+    if t.shape is not None and b is not None and t.shape[0] is not None and t.shape[0] != b:
+        raise Unsupported("InTopKV2: batch sizes differ")
+    return [Spec((b if b is not None else (t.shape[0] if t.shape is not None else None),),
+                 np.dtype(bool))]

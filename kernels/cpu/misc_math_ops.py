@@ -1,4 +1,4 @@
-"""CPU kernels: ClipByValue, L2Loss (numpy/BLAS) and MatrixBandPart.
+"""CPU kernels: ClipByValue, L2Loss (numpy/BLAS), MatrixBandPart and InTopKV2.
 
 ClipByValue is TensorFlow's std::max(std::min(t, max), min): a NaN in t stays, a NaN bound is
 ignored, and min wins over max when min > max (numpy's minimum/maximum would propagate NaN).
@@ -40,3 +40,20 @@ def matrix_band_part(inputs, outputs, attrs):
     if hi >= 0:
         keep &= -d <= hi
     np.copyto(out, np.where(keep, x, np.zeros((), x.dtype)))
+
+
+@kernel("InTopKV2", dtypes=("int32", "int64"))   # T: the targets and k; predictions float32
+def in_top_k(inputs, outputs, attrs):
+    """TensorFlow's rule: false where the target is out of range or any prediction of the row is
+    not finite, else (number of predictions strictly above the target's) < k."""
+    p, t, k = inputs
+    out = outputs[0]
+    if out.size == 0:
+        return
+    n = p.shape[1]
+    t = t.astype(np.int64)
+    ok = (t >= 0) & (t < n)
+    with np.errstate(invalid="ignore"):
+        tv = p[np.arange(p.shape[0]), np.where(ok, t, 0)]
+        more = (p > tv[:, None]).sum(axis=1)
+    np.copyto(out, ok & np.isfinite(p).all(axis=1) & (more < int(k)))
