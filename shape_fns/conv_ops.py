@@ -218,7 +218,7 @@ class Window3:
     __slots__ = ("k", "s", "o", "p")   # per spatial dim (d, h, w): size, stride, out, pad before
 
 
-def window3(x_shape, f_shape, attrs, op):
+def window3(x_shape, f_shape, attrs):
     """Conv3D geometry for NDHWC input and DHWIO filter shapes (entries may be None)."""
     if attrs.get("data_format", "NDHWC") != "NDHWC":
         raise Unsupported("data_format:NCDHW")
@@ -251,7 +251,7 @@ def window3(x_shape, f_shape, attrs, op):
 @shape_fn("Conv3D", value_free=True)
 def conv3d(inputs, attrs):
     x, f = inputs[0], inputs[1]
-    g = window3(x.shape, f.shape, attrs, "Conv3D")
+    g = window3(x.shape, f.shape, attrs)
     n = x.shape[0] if x.shape is not None else None
     cout = f.shape[4] if f.shape is not None else None
     return [Spec((n, *g.o, cout), x.dtype)]
@@ -265,7 +265,7 @@ def conv3d_backprop_input(inputs, attrs):
         return [Spec((None,) * 5, dy.dtype)]
     if len(v) != 5:
         raise Unsupported("input_sizes")
-    g = window3(tuple(v), f.shape, attrs, "Conv3DBackpropInputV2")
+    g = window3(tuple(v), f.shape, attrs)
     _expect3(dy, v[0], g, f.shape[4] if f.shape is not None else None)
     return [Spec(tuple(v), dy.dtype)]
 
@@ -278,7 +278,7 @@ def conv3d_backprop_filter(inputs, attrs):
         return [Spec((None,) * 5, x.dtype)]
     if len(v) != 5:
         raise Unsupported("filter_sizes")
-    g = window3(x.shape, tuple(v), attrs, "Conv3DBackpropFilterV2")
+    g = window3(x.shape, tuple(v), attrs)
     _expect3(dy, x.shape[0] if x.shape is not None else None, g, v[4])
     return [Spec(tuple(v), x.dtype)]
 

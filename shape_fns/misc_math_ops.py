@@ -1,7 +1,7 @@
 """Shape functions: ClipByValue, L2Loss, MatrixBandPart and InTopKV2."""
 import numpy as np
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, Unsupported
 from .registry import shape_fn
 from .spec import Spec, fmt_shape
 
@@ -32,7 +32,6 @@ def l2_loss(inputs, attrs):
 def matrix_band_part(inputs, attrs):
     """Ours for at-least-2-D input and scalar bands within the matrix; anything else goes back
     to TensorFlow (Unsupported), whose kernel words the error."""
-    from .errors import Unsupported
     x, lo, hi = inputs
     if x.shape is not None and len(x.shape) < 2:
         raise Unsupported("MatrixBandPart: rank")
@@ -48,7 +47,6 @@ def matrix_band_part(inputs, attrs):
 @shape_fn("InTopKV2")
 def in_top_k(inputs, attrs):
     """bool[batch]; bad ranks, mismatched batches and negative k go back to TensorFlow."""
-    from .errors import Unsupported
     p, t, k = inputs
     if (p.shape is not None and len(p.shape) != 2) or (t.shape is not None and len(t.shape) != 1) \
             or (k.shape is not None and len(k.shape) != 0) \

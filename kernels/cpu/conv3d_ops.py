@@ -148,10 +148,10 @@ def backprop_filter(x, dy, df, g):
     filter_grad_chunks(cols, dy2, df2, Q, step, OW, fill)
 
 
-def _run(fn, geometry_shapes, attrs, op, present, out, operands):
+def _run(fn, geometry_shapes, attrs, present, out, operands):
     """Geometry (shape fn rules), nothing to compute for empty operands, else fn on contiguous
     operands under numpy's quiet error state (TensorFlow returns inf/NaN)."""
-    g = window3(*geometry_shapes, attrs, op)
+    g = window3(*geometry_shapes, attrs)
     if not (out.size and all(a.size for a in present)):
         out[...] = 0
         return
@@ -162,19 +162,18 @@ def _run(fn, geometry_shapes, attrs, op, present, out, operands):
 @kernel("Conv3D", dtypes=FLOATS)
 def conv3d(inputs, outputs, attrs):
     x, f = inputs
-    _run(forward, (x.shape, f.shape), attrs, "Conv3D", (x,), outputs[0], (x, f))
+    _run(forward, (x.shape, f.shape), attrs, (x,), outputs[0], (x, f))
 
 
 @kernel("Conv3DBackpropInputV2", dtypes=FLOATS)
 def conv3d_backprop_input(inputs, outputs, attrs):
     _, f, dy = inputs
     dx = outputs[0]
-    _run(backprop_input, (dx.shape, f.shape), attrs, "Conv3DBackpropInputV2", (dy,), dx, (f, dy))
+    _run(backprop_input, (dx.shape, f.shape), attrs, (dy,), dx, (f, dy))
 
 
 @kernel("Conv3DBackpropFilterV2", dtypes=FLOATS)
 def conv3d_backprop_filter(inputs, outputs, attrs):
     x, _, dy = inputs
     df = outputs[0]
-    _run(backprop_filter, (x.shape, df.shape), attrs, "Conv3DBackpropFilterV2", (x, dy), df,
-         (x, dy))
+    _run(backprop_filter, (x.shape, df.shape), attrs, (x, dy), df, (x, dy))

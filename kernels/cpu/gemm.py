@@ -373,11 +373,9 @@ def _team_jobs(a, b, out, M, K, N):
     cannot run it (layouts BLAS cannot read in place, too small, another dtype, overlaps).
     The blocks depend on the layout only: they are worked out once per layout and the call's
     addresses added (building them from tuples cost more than a 64x64x256 product)."""
-    dt = out.dtype
-    if not (ENABLED and available()) or a.dtype != dt or b.dtype != dt \
-            or np.may_share_memory(out, a) or np.may_share_memory(out, b):
+    if not _team_can_run(a, b, out, M * N * K):
         return None
-    key = (dt.char, M, K, N, a.strides, b.strides, out.strides)
+    key = (out.dtype.char, M, K, N, a.strides, b.strides, out.strides)
     t = _job_templates.get(key, False)
     if t is False:
         t = _job_templates[key] = _job_template(a, b, out, M, K, N)
@@ -401,9 +399,8 @@ def _add_addresses(t, a, b, out):
 def _job_template(a, b, out, M, K, N):
     dt = out.dtype
     fa, fb = _operand(a, M, K), _operand(b, K, N)
-    if (fa is None or fb is None or out.strides[1] != dt.itemsize
-            or out.strides[0] != N * dt.itemsize or M * N * K < TEAM_MIN
-            or dt not in (np.float32, np.float64)):
+    if fa is None or fb is None or out.strides[1] != dt.itemsize \
+            or out.strides[0] != N * dt.itemsize:
         return None
     P = _blocks()
     if P > 1 and M >= ROWS_MIN * P and (M >= N or N < 2 * BLOCK * P):   # row blocks

@@ -6,6 +6,7 @@ import cupy
 import numpy as np
 
 import kernels
+from shape_fns import Unsupported
 from shape_fns.conv_ops import output_size
 
 from . import DEVICE, FLOATS, gemm
@@ -30,12 +31,10 @@ def conv2d(inputs, outputs, attrs):
     x, w = inputs
     out = outputs[0]
     if attrs.get("data_format", "NHWC") != "NHWC":
-        from shape_fns import Unsupported
         raise Unsupported("data_format:NCHW")
     N, H, W, C = x.shape
     KH, KW, CI, K = w.shape
     if CI != C:
-        from shape_fns import Unsupported
         raise Unsupported("grouped convolution")
     sh, sw = attrs["strides"][1], attrs["strides"][2]
     dh, dw = attrs.get("dilations", [1, 1, 1, 1])[1:3]

@@ -15,9 +15,6 @@ import kernels
 
 from .base import Capabilities, Device, DeviceError
 
-ELEMENTWISE_ONE_CONSUMER = "single consumer"
-
-
 class CudaDevice(Device):
     name = "cuda"
     capabilities = Capabilities(("float16", "float32", "float64", "int32", "int64", "bool"),

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from shape_fns import Spec
+from shape_fns import Spec, Unsupported
 
 from .. import dispatch, tf_adapter as tfa
 from .ir import Node, Program
@@ -251,7 +251,6 @@ def _make_node(prog, graph, op, ins, outs, ctrl, where, depth):
 
 def _declines(prog, info, ins, attrs):
     """Does the op's shape fn send these static inputs back to TensorFlow (Unsupported)?"""
-    from shape_fns import Unsupported
     specs = []
     for s in ins:
         sp = prog.slot_specs.get(s)

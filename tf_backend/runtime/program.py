@@ -267,13 +267,10 @@ def _run_error(lp, node, args, e):
                            f"(op {node.op}; inputs: {shapes}) failed: {what}", node.name, node.op)
 
 
-def _host_args(node, device, prog):
-    """fn(args) -> args with the host inputs as host numpy arrays, or None when the device's
-    buffers are host memory already (or the node reads nothing on the host)."""
-    if device.capabilities.host_memory or node.kind != "kernel":
-        return None
-    pos = kernels.host_inputs(node.op, len(node.inputs))
-    if not pos:
+def _host_args(node, device, prog, pos):
+    """fn(args) -> args with the host inputs (positions `pos`) as host numpy arrays, or None
+    when the node reads nothing on the host."""
+    if not pos or node.kind != "kernel":
         return None
     fixed = {i: prog.host_consts[node.inputs[i]] for i in pos
              if node.inputs[i] in prog.host_consts}
@@ -292,14 +289,17 @@ def _host_args(node, device, prog):
 
 def _step_fn(node, device, prog, owned):
     """fn(input buffers) -> output buffers for one node."""
-    fn = _device_step(node, device, prog, owned)
-    host = _host_args(node, device, prog)
+    # the inputs read on the host: all of them on a host-memory device (None), else declared
+    pos = None if device.capabilities.host_memory else frozenset(
+        kernels.host_inputs(node.op, len(node.inputs)))
+    fn = _device_step(node, device, owned, pos)
+    host = _host_args(node, device, prog, pos)
     if host is None:
         return fn
     return lambda ins: fn(host(ins))
 
 
-def _device_step(node, device, prog, owned):
+def _device_step(node, device, owned, pos):
     kind = node.kind
     if kind == "alias":
         return lambda ins: ins
@@ -311,12 +311,10 @@ def _device_step(node, device, prog, owned):
             return lambda ins: run(ins, specs, out=ins[k])
         return lambda ins: run(ins, specs, out=None)
     fn, allocate = node.kdef.fn, device.allocate
-    if device.capabilities.host_memory:
+    if pos is None:
         def in_specs(ins):
             return [Spec(a.shape, a.dtype, a) for a in ins]
     else:   # shape fns see the values of host inputs only
-        pos = set(kernels.host_inputs(node.op, len(node.inputs)))
-
         def in_specs(ins):
             return [Spec(a.shape, a.dtype, a if i in pos else None) for i, a in enumerate(ins)]
 
