@@ -594,6 +594,12 @@ def execute(node, vals):
         sub = node.subs[i] if 0 <= i < len(node.subs) else node.subs[-1]
         return run_sub(sub, [vals[s] for s in node.inputs[1:]])
     if kind == "while":
+        if node.spec is not None and LOOPS:
+            out = _compiled_loop(node, vals)
+            if out is not None:
+                return out
+        elif node.reason is not None:   # the pass or the device declined it: say why, once
+            ledger.loop_interpreted(node.name, node.reason)
         cond, body = node.subs
         loop = [vals[s] for s in node.inputs]
         frames = _frames.stack
@@ -613,6 +619,131 @@ def execute(node, vals):
             ledger.program_ops(body.op_counts, bodies)
         return loop
     raise NotImplementedError(kind)
+
+
+LOOPS = True   # While loops with a compiled form run it (passes/compile_loops.py); False: A/B
+
+
+def _compiled_loop(node, vals):
+    """Run a While through its compiled function (kernels/cpu/loops.py): None when the device
+    declines the loop (the reason is recorded once) or the function raised on these inputs
+    (the interpreter then runs the loop from the same inputs and raises TensorFlow's error)."""
+    from kernels.cpu import loops
+    from kernels.regions import Ineligible
+    spec = node.spec
+    got = node.fn
+    if got is None:
+        t0 = time.perf_counter()
+        try:
+            fn, consts, copy_in, src = loops.build(spec)
+        except Ineligible as e:
+            node.spec, node.reason = None, f"loop not compiled: {e}"
+            ledger.loop_compiled(node.name, None, str(e), time.perf_counter() - t0)
+            return None
+        got = node.fn = [fn, consts, copy_in, src, False]   # False: not run yet
+    fn, consts, copy_in = got[:3]
+    cond, body = node.subs
+    args = []
+    try:
+        for k, t in enumerate(spec.vars):
+            v = vals[node.inputs[k]]
+            if t[0] == "h":
+                continue
+            if t[0] == "l":
+                args += _list_in(v, t, copy_in[k])
+                continue
+            a = as_numpy(v)
+            if a.dtype != t[1] or a.shape != t[2]:
+                return None
+            if a.ndim == 0:
+                args.append(a.dtype.type(a[()]))
+            else:
+                args.append(a if a.flags.writeable and a.flags.c_contiguous else np.array(a))
+        if spec.body.pre:
+            args += _loop_pre(node, vals)
+    except _NotPacked:
+        return None
+    ran = got[4]
+    t0 = time.perf_counter()
+    csr = loops.csr_get() if loops.HW_FLUSH else None
+    try:
+        res = fn(*args, *consts)
+    except Exception as e:  # noqa: BLE001 - the interpreter runs it (and raises TF's error)
+        if csr is not None:   # it raised with FTZ/DAZ set
+            loops.csr_set(csr)
+        if not ran and isinstance(e, numba.core.errors.NumbaError):   # it does not compile
+            node.spec, node.fn = None, None
+            node.reason = f"loop not compiled: {type(e).__name__}"
+            why = [l.strip() for l in str(e).splitlines() if l.strip()][1:3]
+            ledger.loop_compiled(node.name, None, f"{type(e).__name__}: {' '.join(why)}"[:400],
+                                 time.perf_counter() - t0)
+        return None
+    if not ran:   # the first run compiles (or loads numba's cached machine code)
+        got[4] = True
+        ledger.loop_compiled(node.name, len(got[3]), None, time.perf_counter() - t0)
+    its = res[-1]
+    out, j = [], 0
+    for k, t in enumerate(spec.vars):
+        if t[0] == "h":
+            out.append(vals[node.inputs[k]])
+        elif t[0] == "l":
+            buf, n = res[j], int(res[j + 1])
+            j += 2
+            out.append(_list_out(buf, n, t, vals[node.inputs[k]]))
+        else:
+            r = res[j]
+            j += 1
+            out.append(np.array(r, t[1]) if not t[2] else r)
+    ledger.program_ops(cond.op_counts, its + 1)
+    ledger.program_ops(body.op_counts, its)
+    return out
+
+
+class _NotPacked(Exception):
+    """A list input the compiled loop cannot take as a buffer (unknown items, other shapes)."""
+
+
+def _list_in(v, t, copy):
+    """(buffer, length) of a HostList for a compiled loop: its packed buffer when it has one
+    (copied when the loop writes it), else its items stacked (unset ones as zeros)."""
+    if type(v) is not HostList or v.dtype != t[1]:
+        raise _NotPacked
+    n = v.n
+    if v.packed is not None and v.packed.shape[0] >= n:
+        buf = v.packed
+        return [buf.copy() if copy else buf, n]
+    buf = np.zeros((max(n, 1),) + tuple(t[2]), t[1])
+    for i, it in enumerate(v.items()):
+        if it is None:
+            continue
+        if it.shape != tuple(t[2]):
+            raise _NotPacked
+        buf[i] = it
+    return [buf, n]
+
+
+def _list_out(buf, n, t, before):
+    items = buf[:n]
+    items.flags.writeable = False
+    items = list(items) if items.ndim > 1 else [items[i:i + 1].reshape(()) for i in range(n)]
+    mx = before.max if type(before) is HostList else -1
+    shape = before.shape if type(before) is HostList and before.shape is not None else t[2]
+    return HostList(items, n, t[1], shape, mx, packed=buf)
+
+
+def _loop_pre(node, vals):
+    """The loop-invariant variable reads of the body, once before the loop."""
+    cond, body = node.subs
+    sub_vals = [None] * body.n_slots
+    for s, k in zip(body.inputs, node.inputs):
+        sub_vals[s] = vals[k]
+    want = node.spec.body.pre
+    got = {}
+    for n in body.nodes:
+        if n.kind == "reads" and any(s in want for s in n.outputs):
+            for s, v in zip(n.outputs, _tensorflow_node(n, sub_vals)):
+                got[s] = as_numpy(v)
+    return [got[s] for s in want]
 
 
 # Ops whose output is the input's data in a new shape: programs hand out a zero-copy view.

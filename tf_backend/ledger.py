@@ -104,6 +104,7 @@ def reset():
         for f in _functions.values():
             f["calls"] = f["fallback_calls"] = 0
             f["_touched"] = False
+        _loops.clear()   # loops compiled or declined since the last reset
 
 
 _fast_base = {}   # counter values at the last reset
@@ -135,6 +136,8 @@ def snapshot():
             extra["autotune"] = {op: dict(a) for op, a in sorted(_autotune.items())}
         if _schedule:
             extra["schedule"] = {k: dict(v) for k, v in sorted(_schedule.items())}
+        if _loops:
+            extra["loops"] = {k: dict(v) for k, v in sorted(_loops.items())}
     from kernels.cpu import filter_cache   # weight forms kept between calls, and not kept
     wc = filter_cache.stats()
     if wc["events"]:
@@ -167,6 +170,20 @@ def format_table(stats):
 
 _autotune = {}   # op -> {"stock": n, "ours": n, "last": description}
 _schedule = {}   # program -> {"concurrent": bool, "serial_over_concurrent": ratio}
+_loops = {}      # While node -> {"compiled": bool, "reason", "first_run_seconds", "source_chars"}
+
+
+def loop_interpreted(name, reason):
+    if name not in _loops:
+        loop_compiled(name, None, reason, 0.0)
+
+
+def loop_compiled(name, source_chars, reason, seconds):
+    """A While's compiled form (executor._compiled_loop): its first run, which compiles it (or
+    loads numba's cached machine code), or why it runs interpreted."""
+    with _lock:
+        _loops[name] = {"compiled": reason is None, "reason": reason,
+                        "first_run_seconds": round(seconds, 4), "source_chars": source_chars}
 
 
 def scheduled(program, concurrent, ratio):

@@ -13,10 +13,13 @@ from shape_fns.errors import InvalidArgumentError
 
 
 class HostList:
-    __slots__ = ("store", "n", "dtype", "shape", "max")
+    # packed: a buffer [>= n, *element] whose first n items are this list's items (a compiled
+    # loop's output, kernels/cpu/loops.py), so the next loop takes it without stacking them
+    __slots__ = ("store", "n", "dtype", "shape", "max", "packed")
 
-    def __init__(self, store, n, dtype, shape, max_n=-1):
+    def __init__(self, store, n, dtype, shape, max_n=-1, packed=None):
         self.store, self.n, self.dtype, self.shape, self.max = store, n, dtype, shape, max_n
+        self.packed = packed
 
     def items(self):
         return self.store[:self.n] if len(self.store) != self.n else self.store

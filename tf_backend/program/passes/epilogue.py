@@ -66,4 +66,5 @@ def _merge(m, n, k):
         return [buf]
 
     e.fn = run_epilogue
+    e.spec = ("epilogue", m, n, k)   # the parts as data (compiled loops inline them)
     return e

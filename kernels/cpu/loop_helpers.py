@@ -1,0 +1,75 @@
+"""numba helpers the generated loop functions (kernels/cpu/loops.py) call. TF-free."""
+import numpy as np
+from numba import njit
+
+from kernels.cpu.gemm import _ROW_MAJOR, _NO_TRANS, _TRANS, _dgemm, _sgemm
+from kernels.cpu.scalar import fp_env_get, fp_env_set
+
+
+@njit(cache=True, nogil=True)
+def csr_get():
+    """This thread's MXCSR (a compiled loop that raised leaves its FTZ/DAZ set: the caller
+    restores what it read before)."""
+    return fp_env_get()
+
+
+@njit(cache=True, nogil=True)
+def csr_set(v):
+    fp_env_set(v)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def mm32(a, b, out, ta, tb):
+    """out = op(a) @ op(b) for C-contiguous float32 arrays, one BLAS call on this thread
+    (numpy's OpenBLAS; the caller holds its thread count)."""
+    M, N = out.shape
+    _sgemm(_ROW_MAJOR, _TRANS if ta else _NO_TRANS, _TRANS if tb else _NO_TRANS, M, N,
+           a.shape[0] if ta else a.shape[1], np.float32(1.0), a.ctypes.data,
+           max(a.shape[1], 1), b.ctypes.data, max(b.shape[1], 1), np.float32(0.0),
+           out.ctypes.data, max(N, 1))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def mm64(a, b, out, ta, tb):
+    M, N = out.shape
+    _dgemm(_ROW_MAJOR, _TRANS if ta else _NO_TRANS, _TRANS if tb else _NO_TRANS, M, N,
+           a.shape[0] if ta else a.shape[1], 1.0, a.ctypes.data, max(a.shape[1], 1),
+           b.ctypes.data, max(b.shape[1], 1), 0.0, out.ctypes.data, max(N, 1))
+
+
+@njit(cache=True, nogil=True)
+def grow(buf, n):
+    """A list buffer with room for item n: buf itself, or a copy twice its capacity."""
+    cap = buf.shape[0]
+    if n < cap:
+        return buf
+    new = np.empty((max(2 * cap, 8),) + buf.shape[1:], buf.dtype)
+    new[:n] = buf[:n]
+    return new
+
+
+@njit(cache=True, nogil=True)
+def rsum_lead(x, mean):
+    """Sum (or mean) over the rows of a (rows, cols) array, in row order."""
+    rows, cols = x.shape
+    out = np.zeros(cols, x.dtype)
+    for r in range(rows):
+        for c in range(cols):
+            out[c] += x[r, c]
+    if mean and rows:
+        for c in range(cols):
+            out[c] = out[c] / rows
+    return out
+
+
+@njit(cache=True, nogil=True)
+def rsum_trail(x, mean):
+    """Sum (or mean) over the columns of a (rows, cols) array, per row."""
+    rows, cols = x.shape
+    out = np.zeros(rows, x.dtype)
+    for r in range(rows):
+        s = out[r]
+        for c in range(cols):
+            s += x[r, c]
+        out[r] = s / cols if mean and cols else s
+    return out

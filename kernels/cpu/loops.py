@@ -1,0 +1,687 @@
+"""Compiled loops: a While whose condition and body are all ops with an inline numba form becomes
+one generated numba function with the loop inside (Keras' LSTM and GRU layers: 80 body runs of
+10-46 nodes per forward or gradient, each node a Python call in the interpreter). TF-free.
+
+The input is data, a `kernels.regions.Loop` (built by tf_backend/program/passes/compile_loops.py from the
+While's sub-programs): the loop variables' types, and the condition's and body's steps (op,
+attrs, input and output slots, static output types, and for fused nodes their fusion spec or
+the producer and epilogue they merge). `source(loop)` writes the function; `build(loop)`
+imports it from the kernel cache (numba caches its machine code next to it).
+
+What a value is inside the function, decided from the static types:
+  scalar  a rank-0 tensor: a numba scalar of its dtype (every result cast back to it)
+  array   a C-contiguous array of static shape; never written after it is made, so views
+          (reshapes, list items) are safe
+  list    a TensorList: a buffer [capacity, *element] plus a length; an item is buffer[i]
+          (unset items read as zeros, as runtime/lists.py's do). A list op that writes (SetItem,
+          PushBack) writes the buffer in place when the list it reads is not read after it,
+          else a copy. `AddN(acc, SetItem(Reserve(..), i, v))` (while_v2's gradient of a read
+          item) is acc[i] += v on acc's buffer.
+Ops and how they inline (`EMIT`): the elementwise table's ops and fused chains, as one loop
+over the output calling the table's scalar functions (TensorFlow's flushing included); AddN
+as a chain of adds; MatMul through numpy's OpenBLAS sgemm/dgemm (kernels/cpu/gemm.py's
+symbols); data movement ops whose other inputs are constants (Split, StridedSlice, Slice,
+Transpose, ConcatV2, Pack, StridedSliceGrad, ...) as a gather by an index map computed once,
+at build time, by running our own CPU kernel on element indices, so their semantics are the
+kernel's; reshapes as views; Sum/Mean over leading or trailing axes and BiasAddGrad. Anything
+else makes the loop ineligible (`Ineligible` names the op) and the interpreter runs it.
+
+Errors: an index out of range or a bad list access raises inside the function; the caller then
+runs the loop again in the interpreter from its inputs (nothing it was given was written), which
+raises TensorFlow's error.
+"""
+import hashlib
+
+import numpy as np
+
+import kernels
+from kernels.cpu import elementwise as ew
+from kernels.cpu import fusion, gemm
+from kernels.cpu.loop_helpers import csr_get, csr_set  # noqa: F401 - the caller's restore
+from kernels.cpu.scalar import HW_FLUSH
+from kernels.elementwise_table import TABLE
+from kernels.regions import Ineligible, Step
+
+
+LIST_OPS = {"TensorListGetItem", "TensorListSetItem", "TensorListPushBack", "TensorListPopBack",
+            "TensorListReserve", "TensorListLength", "TensorListElementShape",
+            "TensorListStack"}
+# data movement ops: every non-host input is data, its output elements copies of input elements
+# (or zeros); our own kernel computes the index map
+MOVEMENT = {"Split", "SplitV", "StridedSlice", "Slice", "Transpose", "ConcatV2", "Pack",
+            "Unpack", "StridedSliceGrad", "Tile", "Reverse", "ReverseV2", "GatherV2", "Pad"}
+VIEWS = {"Reshape", "Squeeze", "ExpandDims"}
+REDUCE = {"Sum", "Mean", "BiasAddGrad"}
+FLOATS = ("float32", "float64")
+
+
+def _dt(t):
+    return np.dtype(t[1])
+
+
+def _is_scalar(t):
+    return t[0] == "a" and tuple(t[2]) == ()
+
+
+class _Ctx:
+    """Source being written: lines, constant-array arguments, temporaries."""
+
+    def __init__(self, prefix, region):
+        self.p, self.r = prefix, region
+        self.lines = []
+        self.n = 0
+
+    def var(self, slot):
+        return f"{self.p}{slot}"
+
+    def type(self, slot):
+        return self.r.types[slot]
+
+    def const(self, slot):
+        return self.r.consts.get(slot)
+
+    def tmp(self):
+        self.n += 1
+        return f"{self.p}t{self.n}"
+
+    def emit(self, *lines):
+        self.lines.extend(lines)
+
+
+class _Module:
+    """The whole function's constant arrays (arguments after the loop variables) and the
+    scalar functions its elementwise loops call."""
+
+    def __init__(self):
+        self.arrays = []
+        self.fns = {}
+
+    def array(self, a):
+        self.arrays.append(np.ascontiguousarray(a))
+        return f"K{len(self.arrays) - 1}"
+
+
+def _cast(dtype):
+    return "np.bool_" if np.dtype(dtype).kind == "b" else f"np.{np.dtype(dtype).name}"
+
+
+def _literal(v, dtype):
+    dt = np.dtype(dtype)
+    v = np.asarray(v).reshape(())[()]
+    if dt.kind == "b":
+        return f"np.bool_({bool(v)})"
+    if dt.kind == "f":
+        f = float(v)
+        text = repr(f) if np.isfinite(f) else "np.nan" if f != f else "np.inf" if f > 0 else "-np.inf"
+        return f"np.{dt.name}({text})"
+    return f"np.{dt.name}({int(v)})"
+
+
+def _operand(ctx, mod, slot):
+    """The name a step reads a slot by: constants become literals (scalars) or arguments."""
+    c = ctx.const(slot)
+    t = ctx.type(slot)
+    if c is not None:
+        if t[0] == "a" and tuple(t[2]) == ():
+            return _literal(c, t[1])
+        return mod.array(np.asarray(c, t[1]))
+    return ctx.var(slot)
+
+
+# ---- elementwise ------------------------------------------------------------------------------
+
+def _scalar_fn(mod, op, dtype):
+    """The scalar function a loop calls for op on dtype. Floats on x86-64: the table's
+    expression as it is, the function running under FTZ/DAZ (set on entry, as fusion.py's
+    loops do), which LLVM vectorises; TensorFlow's flushing in code (the elementwise module's
+    functions) blocked that: 130 us against ~10 for an LSTM cell's gates over 64x64."""
+    e = TABLE.get(op)
+    if e is None:
+        raise Ineligible(f"{op}: not an elementwise table op")
+    k = ew.kind_of(dtype)
+    if k not in ("f", "i", "u", "b") or e.expr_for(k) is None:
+        raise Ineligible(f"{op}: no {np.dtype(dtype).name} expression")
+    if k in e.check or (op, np.dtype(dtype).name) in ew.STOCK_TAIL or e.incompatible:
+        raise Ineligible(f"{op}: error checks or stock's scalar tail on {np.dtype(dtype).name}")
+    name = f"_{op}_{k}_s"
+    if not hasattr(ew.GEN, name):
+        raise Ineligible(f"{op}: no generated scalar function {name}")
+    if k != "f" or not HW_FLUSH:
+        return f"GEN.{name}"
+    own = f"_hw_{op}"
+    if own not in mod.fns:
+        args = ", ".join(["x", "y"][:e.arity] + list(e.params))
+        mod.fns[own] = (f"@njit(inline='always', nogil=True, error_model='numpy')\n"
+                        f"def {own}({args}):\n    return cst(x, {e.expr_for('f')})\n")
+    return own
+
+
+def _ew(ctx, mod, ins, steps, in_dtype, out_slot):
+    """One loop over out_slot's elements evaluating `steps` ((op, operands, params), operands
+    ("in", k) or ("t", j)) with the table's scalar functions; every intermediate is cast to its
+    dtype as the unfused ops would round it."""
+    out_t = ctx.type(out_slot)
+    out_dt = _dt(out_t)
+    shape = tuple(out_t[2])
+    fns = []
+    dts = []   # each step's result dtype
+    for op, operands, params in steps:
+        arg_dts = [np.dtype(in_dtype) if kind == "in" else dts[r] for kind, r in operands]
+        fns.append(_scalar_fn(mod, op, arg_dts[0]))
+        dts.append(np.dtype(bool) if TABLE[op].out == "bool" else arg_dts[0])
+    if dts[-1] != out_dt:
+        raise Ineligible(f"{steps[-1][0]}: result dtype {dts[-1]} is not {out_dt}")
+    in_types = [ctx.type(s) for s in ins]
+    names = [_operand(ctx, mod, s) for s in ins]
+    e = ctx.tmp() + "e"   # this loop's temporaries: one type each (numba unifies per name)
+
+    def body(reads, pad):
+        out = []
+        for j, (op, operands, params) in enumerate(steps):
+            args = [reads[r] if kind == "in" else f"{e}{r}" for kind, r in operands]
+            args += [repr(float(p)) if isinstance(p, float) else repr(p) for p in params]
+            out.append(f"{pad}{e}{j} = {_cast(dts[j])}({fns[j]}({', '.join(args)}))")
+        return out
+
+    if shape == ():
+        for t in in_types:
+            if not _is_scalar(t):
+                raise Ineligible("a scalar result from a non-scalar input")
+        ctx.emit(*body(names, ""))
+        ctx.emit(f"{ctx.var(out_slot)} = {e}{len(steps) - 1}")
+        return
+    got = fusion.plan([tuple(t[2]) for t in in_types], shape)
+    if got is None:
+        raise Ineligible(f"{steps[-1][0]}: a broadcast no loop pattern covers")
+    pats, rows, cols = got
+    o = ctx.var(out_slot)
+    ctx.emit(f"{o} = np.empty({shape!r}, {_cast(out_dt)})", f"{o}_f = {o}.reshape(-1)")
+    reads = []
+    for k, (nm, t, p) in enumerate(zip(names, in_types, pats)):
+        if _is_scalar(t):
+            reads.append(nm)
+            continue
+        f = ctx.tmp()
+        ctx.emit(f"{f} = {nm}.reshape(-1)")
+        if p == "s":
+            ctx.emit(f"{f}s = {f}[0]")
+            reads.append(f"{f}s")
+        else:
+            reads.append({"f": f"{f}[i]", "o": f"{f}[r]", "i": f"{f}[c]"}[p])
+    if all(p in "fs" for p in pats):
+        ctx.emit(f"for i in range({rows * cols}):")
+        ctx.emit(*body(reads, "    "))
+        ctx.emit(f"    {o}_f[i] = {e}{len(steps) - 1}")
+    else:
+        ctx.emit(f"for r in range({rows}):", f"    for c in range({cols}):",
+                 f"        i = r * {cols} + c")
+        ctx.emit(*body(reads, "        "))
+        ctx.emit(f"        {o}_f[i] = {e}{len(steps) - 1}")
+
+
+def _emit_table(ctx, mod, st):
+    e = TABLE[st.op]
+    params = tuple(st.attrs[p] for p in e.params)
+    dt = st.attrs.get("T")
+    if dt is None:
+        dt = ctx.type(st.inputs[0])[1]
+    ops = [(st.op, [("in", k) for k in range(e.arity)], params)]
+    _ew(ctx, mod, st.inputs, ops, dt, st.outputs[0])
+
+
+def _emit_fused(ctx, mod, st):
+    if st.parts is not None:
+        return _emit_epilogue(ctx, mod, st)
+    if st.fusion is None:
+        raise Ineligible(f"{st.op}: a fused node without its spec")
+    dt, n_in, steps = st.fusion
+    _ew(ctx, mod, st.inputs, steps, dt, st.outputs[0])
+
+
+def _emit_addn(ctx, mod, st):
+    if ctx.type(st.outputs[0])[0] == "l":
+        return _emit_list_addn(ctx, mod, st)
+    dt = ctx.type(st.outputs[0])[1]
+    if len(st.inputs) == 1:
+        ctx.emit(f"{ctx.var(st.outputs[0])} = {_operand(ctx, mod, st.inputs[0])}")
+        return
+    steps = [("AddV2", [("in", 0), ("in", 1)], ())]
+    for k in range(2, len(st.inputs)):
+        steps.append(("AddV2", [("t", k - 2), ("in", k)], ()))
+    _ew(ctx, mod, st.inputs, steps, dt, st.outputs[0])
+
+
+def _emit_epilogue(ctx, mod, st):
+    m, n, k = st.parts
+    # the producer's result into a temporary slot of its own, then the epilogue reading it
+    tslot = ctx.tmp()
+    ctx.r.types[tslot] = ctx.type(st.outputs[0])
+    m2 = Step(m.op, m.kind, m.attrs, m.inputs, [tslot], [ctx.type(st.outputs[0])])
+    _emit_step(ctx, mod, m2)
+    rest = [s for s in st.inputs[len(m.inputs):]]
+    rest.insert(k, tslot)
+    n2 = Step(n.op, n.kind, n.attrs, rest, st.outputs, st.types, fusion=n.fusion)
+    _emit_step(ctx, mod, n2)
+
+
+# ---- products, reductions, movement ---------------------------------------------------------
+
+def _emit_matmul(ctx, mod, st):
+    a, b = st.inputs
+    ta, tb = bool(st.attrs.get("transpose_a")), bool(st.attrs.get("transpose_b"))
+    ot = ctx.type(st.outputs[0])
+    dt = _dt(ot)
+    if dt.name not in FLOATS or _dt(ctx.type(a)) != dt or _dt(ctx.type(b)) != dt:
+        raise Ineligible(f"MatMul on {dt.name}")
+    if not gemm.available():
+        raise Ineligible("MatMul: numpy's OpenBLAS symbols are not available")
+    o = ctx.var(st.outputs[0])
+    ctx.emit(f"{o} = np.empty({tuple(ot[2])!r}, {_cast(dt)})",
+             f"mm{dt.itemsize * 8}({_operand(ctx, mod, a)}, {_operand(ctx, mod, b)}, {o}, {ta}, {tb})")
+
+
+def _emit_view(ctx, mod, st):
+    ot = ctx.type(st.outputs[0])
+    src = _operand(ctx, mod, st.inputs[0])
+    if _is_scalar(ctx.type(st.inputs[0])):
+        raise Ineligible(f"{st.op} of a scalar")
+    if tuple(ot[2]) == ():
+        ctx.emit(f"{ctx.var(st.outputs[0])} = {src}.reshape(-1)[0]")
+    else:
+        ctx.emit(f"{ctx.var(st.outputs[0])} = {src}.reshape({tuple(ot[2])!r})")
+
+
+def _index_map(ctx, st):
+    """For each output: the flat index of the (concatenated, flattened) data input element it
+    copies, -1 for none; from our own kernel run on element numbers."""
+    host = set(kernels.host_inputs(st.op, len(st.inputs)))
+    data, offset = {}, 1
+    args = []
+    for k, s in enumerate(st.inputs):
+        t = ctx.type(s)
+        if k in host:
+            c = ctx.const(s)
+            if c is None:
+                raise Ineligible(f"{st.op}: host input {k} is not a constant")
+            args.append(np.asarray(c))
+            continue
+        if t[0] != "a":
+            raise Ineligible(f"{st.op}: a list input")
+        shape = tuple(t[2])
+        n = int(np.prod(shape, dtype=np.int64))
+        data[k] = (offset, n)
+        args.append(np.arange(offset, offset + n, dtype=np.int64).reshape(shape))
+        offset += n
+    if st.kfn is None:
+        raise Ineligible(f"{st.op}: no kernel to compute its index map")
+    outs = [np.zeros(tuple(t[2]), np.int64) for t in st.types]
+    try:
+        st.kfn(args, outs, dict(st.attrs, T=np.dtype(np.int64)))
+    except Exception as e:   # noqa: BLE001 - its kernel declines int64 or these attrs
+        raise Ineligible(f"{st.op}: index map: {type(e).__name__}: {e}") from None
+    return data, [o - 1 for o in outs]
+
+
+def _emit_movement(ctx, mod, st):
+    for t in st.types:
+        if t[0] != "a":
+            raise Ineligible(f"{st.op}: a list output")
+    data, maps = _index_map(ctx, st)
+    parts = [f"{_operand(ctx, mod, st.inputs[k])}.reshape(-1)" for k in sorted(data)]
+    dt = _dt(st.types[0])
+    zero = any((m < 0).any() for m in maps)
+    src = ctx.tmp()
+    if zero:
+        parts.append(f"np.zeros(1, {_cast(dt)})")
+    if len(parts) == 1:
+        ctx.emit(f"{src} = {parts[0]}")
+    else:
+        ctx.emit(f"{src} = np.concatenate(({', '.join(parts)},))")
+    for s, t, m in zip(st.outputs, st.types, maps):
+        if zero:
+            m = np.where(m < 0, sum(n for _, n in data.values()), m)
+        shape = tuple(t[2])
+        if shape == ():
+            ctx.emit(f"{ctx.var(s)} = {src}[{int(m.reshape(()))}]")
+        else:
+            ctx.emit(f"{ctx.var(s)} = {src}[{mod.array(m.reshape(-1))}].reshape({shape!r})")
+
+
+def _emit_reduce(ctx, mod, st):
+    x = st.inputs[0]
+    shape = tuple(ctx.type(x)[2])
+    nd = len(shape)
+    if st.op == "BiasAddGrad":
+        if st.attrs.get("data_format", "NHWC") not in ("NHWC", b"NHWC"):
+            raise Ineligible("BiasAddGrad: NCHW")
+        axes = list(range(nd - 1))
+    else:
+        c = ctx.const(st.inputs[1])
+        if c is None:
+            raise Ineligible(f"{st.op}: axes not constant")
+        axes = sorted({int(a) % max(nd, 1) for a in np.asarray(c).reshape(-1)})
+    dt = _dt(ctx.type(st.outputs[0]))
+    if dt.name not in FLOATS or nd == 0:
+        raise Ineligible(f"{st.op} on {dt.name} rank {nd}")
+    ot = ctx.type(st.outputs[0])
+    k = len(axes)
+    if axes == list(range(k)):
+        lead = True
+    elif axes == list(range(nd - k, nd)):
+        lead = False
+    else:
+        raise Ineligible(f"{st.op}: axes {axes} of rank {nd}")
+    red = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+    keep = int(np.prod(shape, dtype=np.int64)) // max(red, 1)
+    o = ctx.var(st.outputs[0])
+    src = _operand(ctx, mod, x)
+    fn = "rsum_lead" if lead else "rsum_trail"
+    mean = "True" if st.op == "Mean" else "False"
+    ctx.emit(f"{o} = {fn}({src}.reshape(({red if lead else keep}, {keep if lead else red})), "
+             f"{mean})")
+    ctx.emit(f"{o} = {o}.reshape(-1)[0]" if tuple(ot[2]) == () else
+             f"{o} = {o}.reshape({tuple(ot[2])!r})")
+
+
+# ---- lists ------------------------------------------------------------------------------------
+
+def _list_names(ctx, slot):
+    v = ctx.var(slot)
+    return v, f"{v}n"
+
+
+def _emit_list(ctx, mod, st):
+    op = st.op
+    if op == "TensorListGetItem":
+        buf, n = _list_names(ctx, st.inputs[0])
+        i = _operand(ctx, mod, st.inputs[1])
+        copy = ".copy()" if ctx.written(st.inputs[0]) else ""
+        o = ctx.var(st.outputs[0])
+        ctx.emit(f"if {i} < 0 or {i} >= {n}:", "    raise IndexError('TensorListGetItem')")
+        if _is_scalar(st.types[0]):
+            ctx.emit(f"{o} = {buf}[{i}]")
+        else:
+            ctx.emit(f"{o} = {buf}[{i}]{copy}")
+    elif op == "TensorListSetItem":
+        if st.attrs.get("resize_if_index_out_of_bounds"):
+            raise Ineligible("TensorListSetItem with resize_if_index_out_of_bounds")
+        buf, n = _list_names(ctx, st.inputs[0])
+        ob, on = _list_names(ctx, st.outputs[0])
+        i = _operand(ctx, mod, st.inputs[1])
+        item = _operand(ctx, mod, st.inputs[2])
+        ctx.emit(f"if {i} < 0 or {i} >= {n}:", "    raise IndexError('TensorListSetItem')")
+        ctx.emit(f"{ob} = {buf}" + ("" if ctx.last_use(st, st.inputs[0]) else ".copy()"),
+                 f"{on} = {n}", f"{ob}[{i}] = {item}")
+    elif op == "TensorListPushBack":
+        buf, n = _list_names(ctx, st.inputs[0])
+        ob, on = _list_names(ctx, st.outputs[0])
+        item = _operand(ctx, mod, st.inputs[1])
+        own = ctx.last_use(st, st.inputs[0]) or not ctx.rewritten(st.inputs[0], st)
+        ctx.emit(f"{ob} = grow({buf}, {n})" + ("" if own else ".copy()"),
+                 f"{ob}[{n}] = {item}", f"{on} = {n} + 1")
+    elif op == "TensorListPopBack":
+        buf, n = _list_names(ctx, st.inputs[0])
+        ob, on = _list_names(ctx, st.outputs[0])
+        o = ctx.var(st.outputs[1])
+        copy = "" if _is_scalar(st.types[1]) or not ctx.written(st.inputs[0]) else ".copy()"
+        ctx.emit(f"if {n} <= 0:", "    raise IndexError('TensorListPopBack')",
+                 f"{o} = {buf}[{n} - 1]{copy}", f"{ob} = {buf}", f"{on} = {n} - 1")
+    elif op == "TensorListReserve":
+        ob, on = _list_names(ctx, st.outputs[0])
+        t = st.types[0]
+        n = _operand(ctx, mod, st.inputs[1])
+        ctx.emit(f"if {n} < 0:", "    raise IndexError('TensorListReserve')",
+                 f"{ob} = np.zeros(({n},) + {tuple(t[2])!r}, {_cast(t[1])})", f"{on} = {n}")
+    elif op == "TensorListLength":
+        _, n = _list_names(ctx, st.inputs[0])
+        ctx.emit(f"{ctx.var(st.outputs[0])} = np.int32({n})")
+    elif op == "TensorListElementShape":
+        t = ctx.type(st.inputs[0])
+        dt = st.attrs.get("shape_type", np.dtype(np.int32))
+        ctx.emit(f"{ctx.var(st.outputs[0])} = "
+                 f"{mod.array(np.array(list(t[2]), dt).reshape(tuple(st.types[0][2])))}")
+    elif op == "TensorListStack":
+        buf, n = _list_names(ctx, st.inputs[0])
+        want = st.attrs.get("num_elements", -1)
+        ot = st.types[0]
+        if want not in (-1, None):
+            ctx.emit(f"if {n} != {int(want)}:", "    raise IndexError('TensorListStack')")
+        ctx.emit(f"{ctx.var(st.outputs[0])} = {buf}[:{n}].copy()")
+    else:
+        raise Ineligible(f"{op}: no inline form")
+
+
+def _emit_list_addn(ctx, mod, st):
+    """AddN over lists. acc + SetItem(Reserve(...), i, v) (the gradient of one read item, each
+    iteration) is acc[i] += v in place; any other form adds the buffers item by item."""
+    ob, on = _list_names(ctx, st.outputs[0])
+    pat = ctx.set_into_reserve(st)
+    if pat is not None:
+        acc, i, v = pat
+        i, v = _operand(ctx, mod, i), _operand(ctx, mod, v)
+        buf, n = _list_names(ctx, acc)
+        ctx.emit(f"if {i} < 0 or {i} >= {n}:", "    raise IndexError('AddN')",
+                 f"{ob} = {buf}" + ("" if ctx.last_use(st, acc) else ".copy()"),
+                 f"{on} = {n}", f"{ob}[{i}] += {v}")
+        return
+    first = _list_names(ctx, st.inputs[0])
+    ctx.emit(f"{ob} = {first[0]}[:{first[1]}].copy()", f"{on} = {first[1]}")
+    for s in st.inputs[1:]:
+        b, n = _list_names(ctx, s)
+        ctx.emit(f"if {n} != {on}:", "    raise IndexError('AddN')", f"{ob} += {b}[:{n}]")
+
+
+EMIT = {"MatMul": _emit_matmul, "AddN": _emit_addn}
+EMIT.update({op: _emit_view for op in VIEWS})
+EMIT.update({op: _emit_movement for op in MOVEMENT})
+EMIT.update({op: _emit_reduce for op in REDUCE})
+EMIT.update({op: _emit_list for op in LIST_OPS})
+
+
+def _emit_step(ctx, mod, st):
+    if st.kind == "fused":
+        return _emit_fused(ctx, mod, st)
+    if st.kind == "alias":
+        for s, o in zip(st.inputs, st.outputs):
+            ctx.emit(f"{ctx.var(o)} = {ctx.var(s)}")
+            if ctx.type(s)[0] == "l":
+                ctx.emit(f"{ctx.var(o)}n = {ctx.var(s)}n")
+        return
+    if st.kind == "noop":
+        return
+    f = EMIT.get(st.op)
+    if f is not None:
+        return f(ctx, mod, st)
+    if st.op in TABLE:
+        return _emit_table(ctx, mod, st)
+    raise Ineligible(f"{st.op}: no inline form")
+
+
+# ---- the function -----------------------------------------------------------------------------
+
+class _RegionCtx(_Ctx):
+    """Adds what list ops need to know about the region: later readers, writers of a buffer."""
+
+    def __init__(self, prefix, region):
+        super().__init__(prefix, region)
+        self.order = {id(s): k for k, s in enumerate(region.steps)}
+        self.readers = {}
+        for k, s in enumerate(region.steps):
+            for x in s.inputs:
+                self.readers.setdefault(x, []).append(k)
+        self.outs = set(region.outputs)
+        self.producer = {o: s for s in region.steps for o in s.outputs}
+        # list slots whose buffer some step writes: items read from them must be copies
+        self._written = _written_webs(region)
+
+    def last_use(self, st, slot):
+        """No step after `st` reads slot, and it is no output of the region."""
+        k = self.order[id(st)]
+        return slot not in self.outs and all(r <= k for r in self.readers.get(slot, ()))
+
+    def rewritten(self, slot, st):
+        """Another step writing a list derived from the same slot (PushBack on the same list
+        twice would write one buffer position twice)."""
+        return any(self.r.steps[r] is not st and self.r.steps[r].op in _WRITERS
+                   for r in self.readers.get(slot, ()))
+
+    def written(self, slot):
+        return slot in self._written
+
+    def set_into_reserve(self, st):
+        """(acc slot, index name, item name) when st is AddN(acc, SetItem(Reserve, i, v)) with
+        the SetItem's and the Reserve's lists read by nothing else."""
+        if len(st.inputs) != 2:
+            return None
+        for a, b in ((0, 1), (1, 0)):
+            p = self.producer.get(st.inputs[b])
+            if p is None or p.op != "TensorListSetItem" or len(self.readers.get(st.inputs[b],
+                                                                              ())) != 1:
+                continue
+            r = self.producer.get(p.inputs[0])
+            if r is None or r.op != "TensorListReserve" or len(self.readers.get(
+                    p.inputs[0], ())) != 1 or st.inputs[b] in self.outs:
+                continue
+            if self.type(st.inputs[a])[0] != "l":
+                continue
+            return st.inputs[a], p.inputs[1], p.inputs[2]
+        return None
+
+
+_WRITERS = {"TensorListSetItem", "TensorListPushBack", "AddN"}
+
+
+def _written_webs(region):
+    """List slots sharing a buffer with one that a step writes into."""
+    parent = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    writes = set()
+    for s in region.steps:
+        if s.op in LIST_OPS or (s.op in ("AddN",) and region.types.get(s.outputs[0],
+                                                                         ("a",))[0] == "l"):
+            lists_in = [x for x in s.inputs if region.types.get(x, ("a",))[0] == "l"]
+            lists_out = [x for x in s.outputs if region.types.get(x, ("a",))[0] == "l"]
+            for x in lists_in + lists_out:
+                parent[find(x)] = find((lists_in + lists_out)[0])
+            if s.op in _WRITERS:
+                writes.update(lists_out)
+        elif s.kind == "alias":
+            for x, o in zip(s.inputs, s.outputs):
+                parent[find(o)] = find(x)
+    roots = {find(x) for x in writes}
+    # a loop variable's buffer is written in a later iteration too: every web it joins
+    out = {x for x in list(parent) if find(x) in roots}
+    return out
+
+
+def _region_source(prefix, region, mod, lines, pad):
+    ctx = _RegionCtx(prefix, region)
+    for st in region.steps:
+        if any(isinstance(s, int) and s in region.pre for s in st.outputs):
+            continue   # computed before the loop (an argument)
+        _emit_step(ctx, mod, st)
+    lines.extend(pad + l for l in ctx.lines)
+    return ctx
+
+
+def _check_types(loop):
+    for t in loop.vars:
+        if t[0] == "a" and (any(d is None for d in t[2]) or np.dtype(t[1]).kind not in "fiub"):
+            raise Ineligible(f"a loop variable of type {t}")
+        if t[0] == "l" and (t[2] is None or any(d is None for d in t[2])):
+            raise Ineligible("a list whose element shape is not static")
+    for region in (loop.cond, loop.body):
+        for s, t in region.types.items():
+            if t[0] == "a" and (t[2] is None or any(d is None for d in t[2])):
+                raise Ineligible(f"slot %{s}: no static shape")
+
+
+def source(loop):
+    """(python source of `loop_fn(vars..., pre..., constant arrays...)`, constant arrays,
+    whether each loop variable's list is written). The function returns the loop variables after the loop (lists as buffer and length) and the number of
+    body runs."""
+    _check_types(loop)
+    mod = _Module()
+    body = []
+    args = []
+    names = []
+    for k, t in enumerate(loop.vars):
+        if t[0] == "l":
+            names += [f"v{k}", f"v{k}n"]
+        elif t[0] == "a":
+            names.append(f"v{k}")
+    args += names
+    pre = [f"q{j}" for j in range(len(loop.body.pre))]
+    args += pre
+
+    def bind_inputs(prefix, region, pad):
+        out = []
+        for k, s in enumerate(region.inputs):
+            t = loop.vars[k]
+            if t[0] == "h":
+                continue
+            out.append(f"{pad}{prefix}{s} = v{k}")
+            if t[0] == "l":
+                out.append(f"{pad}{prefix}{s}n = v{k}n")
+        return out
+
+    lines = ["    it = 0"]
+    if HW_FLUSH:   # TensorFlow's threads flush subnormals: FTZ/DAZ for the loop's duration
+        lines += ["    csr = fp_env_get()", "    fp_env_set(csr | FTZ_DAZ)"]
+    lines += ["    while True:"]
+    lines += bind_inputs("c", loop.cond, "        ")
+    _region_source("c", loop.cond, mod, lines, "        ")
+    lines += [f"        if not c{loop.cond.outputs[0]}:", "            break"]
+    lines += bind_inputs("b", loop.body, "        ")
+    lines += [f"        b{s} = q{j}" for j, s in enumerate(loop.body.pre)]
+    bctx = _region_source("b", loop.body, mod, lines, "        ")
+    # lists the body writes into: the caller hands the loop its own copy of their buffers
+    copy_in = [t[0] == "l" and bctx.written(loop.body.inputs[k]) for k, t in enumerate(loop.vars)]
+    news = []
+    for k, s in enumerate(loop.body.outputs):
+        t = loop.vars[k]
+        if t[0] == "h":
+            if s != loop.body.inputs[k]:
+                raise Ineligible("a handle the body does not pass through")
+            continue
+        c = loop.body.consts.get(s)
+        src = _literal(c, t[1]) if c is not None and t[0] == "a" and tuple(t[2]) == () else (
+            mod.array(np.asarray(c, t[1])) if c is not None else f"b{s}")
+        if t[0] == "a" and tuple(t[2]) == ():
+            src = f"{_cast(t[1])}({src})"
+        news.append((f"v{k}", src))
+        if t[0] == "l":
+            news.append((f"v{k}n", f"b{s}n"))
+    if news:
+        lines.append(f"        {', '.join(n for n, _ in news)} = {', '.join(s for _, s in news)}")
+    lines.append("        it += 1")
+    if HW_FLUSH:
+        lines.append("    fp_env_set(csr)")
+    lines.append(f"    return ({', '.join(names + ['it'])},)")
+    consts = [f"K{j}" for j in range(len(mod.arrays))]
+    head = ('"""Generated by kernels/cpu/loops.py; do not edit."""\n'
+            "import math\nimport numpy as np\nfrom numba import njit\n"
+            "from kernels.cpu.elementwise import GEN\n"
+            "from kernels.cpu.scalar import *  # noqa\n"
+            "from kernels.cpu.loop_helpers import mm32, mm64, grow, rsum_lead, rsum_trail\n\n\n"
+            + "\n".join(mod.fns.values()) + "\n\n"
+            f"# {loop.name}\n"
+            "@njit(cache=True, nogil=True, error_model='numpy')\n"
+            f"def loop_fn({', '.join(args + consts)}):\n")
+    return head + "\n".join(lines) + "\n", mod.arrays, copy_in
+
+
+def build(loop):
+    """(the function, its constant arrays, per loop variable whether the loop writes the list
+    it is given, the source); raises Ineligible. numba compiles on the first call."""
+    if not gemm.available():
+        raise Ineligible("numpy's OpenBLAS symbols are not available")
+    src, arrays, copy_in = source(loop)
+    digest = hashlib.sha1((src + ew.GEN.__name__).encode()).hexdigest()[:16]
+    m = ew.import_generated(src, f"loop_cpu_{digest}.py", f"_tf_backend_loop_{digest}")
+    return m.loop_fn, arrays, copy_in, src
