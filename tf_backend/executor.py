@@ -640,7 +640,7 @@ def _compiled_loop(node, vals):
             node.spec, node.reason = None, f"loop not compiled: {e}"
             ledger.loop_compiled(node.name, None, str(e), time.perf_counter() - t0)
             return None
-        got = node.fn = [fn, consts, copy_in, src, False]   # False: not run yet
+        got = node.fn = [fn, consts, copy_in, src, False, 0]   # not run yet; last trip count
     fn, consts, copy_in = got[:3]
     cond, body = node.subs
     args = []
@@ -650,7 +650,7 @@ def _compiled_loop(node, vals):
             if t[0] == "h":
                 continue
             if t[0] == "l":
-                args += _list_in(v, t, copy_in[k])
+                args += _list_in(v, t, copy_in[k], got[5])
                 continue
             a = as_numpy(v)
             if a.dtype != t[1] or a.shape != t[2]:
@@ -681,7 +681,7 @@ def _compiled_loop(node, vals):
     if not ran:   # the first run compiles (or loads numba's cached machine code)
         got[4] = True
         ledger.loop_compiled(node.name, len(got[3]), None, time.perf_counter() - t0)
-    its = res[-1]
+    its = got[5] = res[-1]
     out, j = [], 0
     for k, t in enumerate(spec.vars):
         if t[0] == "h":
@@ -703,22 +703,30 @@ class _NotPacked(Exception):
     """A list input the compiled loop cannot take as a buffer (unknown items, other shapes)."""
 
 
-def _list_in(v, t, copy):
+def _list_in(v, t, copy, room):
     """(buffer, length) of a HostList for a compiled loop: its packed buffer when it has one
-    (copied when the loop writes it), else its items stacked (unset ones as zeros)."""
+    (copied when the loop writes it), else its items stacked (unset ones as zeros). A buffer
+    the loop writes gets room for `room` more items (the last run's trip count: a loop pushing
+    once per iteration then never grows it)."""
     if type(v) is not HostList or v.dtype != t[1]:
         raise _NotPacked
     n = v.n
-    if v.packed is not None and v.packed.shape[0] >= n:
-        buf = v.packed
-        return [buf.copy() if copy else buf, n]
-    buf = np.zeros((max(n, 1),) + tuple(t[2]), t[1])
+    cap = n + room if copy else n
+    p = v.packed
+    if p is not None and p.shape[0] >= n:
+        if not copy:
+            return [p, n]
+        buf = np.empty((max(cap, 1),) + tuple(t[2]), t[1])
+        buf[:n] = p[:n]
+        return [buf, n]
+    buf = np.empty((max(cap, 1),) + tuple(t[2]), t[1])
     for i, it in enumerate(v.items()):
         if it is None:
-            continue
-        if it.shape != tuple(t[2]):
+            buf[i] = 0
+        elif it.shape != tuple(t[2]):
             raise _NotPacked
-        buf[i] = it
+        else:
+            buf[i] = it
     return [buf, n]
 
 

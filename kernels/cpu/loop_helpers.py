@@ -18,7 +18,7 @@ def csr_set(v):
     fp_env_set(v)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def mm32(a, b, out, ta, tb):
     """out = op(a) @ op(b) for C-contiguous float32 arrays, one BLAS call on this thread
     (numpy's OpenBLAS; the caller holds its thread count)."""
@@ -29,7 +29,7 @@ def mm32(a, b, out, ta, tb):
            out.ctypes.data, max(N, 1))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def mm64(a, b, out, ta, tb):
     M, N = out.shape
     _dgemm(_ROW_MAJOR, _TRANS if ta else _NO_TRANS, _TRANS if tb else _NO_TRANS, M, N,
@@ -73,3 +73,34 @@ def rsum_trail(x, mean):
             s += x[r, c]
         out[r] = s / cols if mean and cols else s
     return out
+
+
+@njit(cache=True, nogil=True)
+def take(src, idx, out):
+    """out[k] = src[idx[k]] over flat arrays (data movement by an index map)."""
+    for k in range(idx.size):
+        out[k] = src[idx[k]]
+
+
+@njit(cache=True, nogil=True)
+def put_flat(dst, off, src):
+    for k in range(src.size):
+        dst[off + k] = src[k]
+
+
+@njit(cache=True, nogil=True)
+def put_item(buf, i, v):
+    """buf[i] = v for a list buffer [capacity, *element] and a C-contiguous item."""
+    row = buf.reshape((buf.shape[0], -1))[i]
+    vf = v.reshape(-1)
+    for k in range(vf.size):
+        row[k] = vf[k]
+
+
+@njit(cache=True, nogil=True)
+def add_item(buf, i, v):
+    """buf[i] += v (an item's gradient added into an accumulator list)."""
+    row = buf.reshape((buf.shape[0], -1))[i]
+    vf = v.reshape(-1)
+    for k in range(vf.size):
+        row[k] += vf[k]

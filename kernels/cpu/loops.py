@@ -95,6 +95,19 @@ class _Module:
     def __init__(self):
         self.arrays = []
         self.fns = {}
+        self.ext = {}   # numba functions of other generated modules: alias -> (module, name)
+
+    def extern(self, dispatcher):
+        """An alias for a compiled function of another generated module (fusion.py's loops:
+        cached on disk and shared with the interpreter's fused nodes, so a loop's compile
+        types a call instead of lowering the chain again)."""
+        key = (dispatcher.py_func.__module__, dispatcher.py_func.__name__)
+        for alias, k in self.ext.items():
+            if k == key:
+                return alias
+        alias = f"X{len(self.ext)}"
+        self.ext[alias] = key
+        return alias
 
     def array(self, a):
         self.arrays.append(np.ascontiguousarray(a))
@@ -131,9 +144,9 @@ def _operand(ctx, mod, slot):
 # ---- elementwise ------------------------------------------------------------------------------
 
 def _scalar_fn(mod, op, dtype):
-    """The scalar function a loop calls for op on dtype. Floats on x86-64: the table's
-    expression as it is, the function running under FTZ/DAZ (set on entry, as fusion.py's
-    loops do), which LLVM vectorises; TensorFlow's flushing in code (the elementwise module's
+    """The scalar function a loop calls for op on dtype: the table's expression. Floats on
+    x86-64 as it is, the function running under FTZ/DAZ (set on entry, as fusion.py's loops
+    do), which LLVM vectorises; TensorFlow's flushing in code (the elementwise module's
     functions) blocked that: 130 us against ~10 for an LSTM cell's gates over 64x64."""
     e = TABLE.get(op)
     if e is None:
@@ -143,16 +156,21 @@ def _scalar_fn(mod, op, dtype):
         raise Ineligible(f"{op}: no {np.dtype(dtype).name} expression")
     if k in e.check or (op, np.dtype(dtype).name) in ew.STOCK_TAIL or e.incompatible:
         raise Ineligible(f"{op}: error checks or stock's scalar tail on {np.dtype(dtype).name}")
-    name = f"_{op}_{k}_s"
-    if not hasattr(ew.GEN, name):
-        raise Ineligible(f"{op}: no generated scalar function {name}")
-    if k != "f" or not HW_FLUSH:
-        return f"GEN.{name}"
-    own = f"_hw_{op}"
+    own = f"_s_{op}_{k}"
     if own not in mod.fns:
+        expr = e.expr_for(k)
+        if e.out == "same" and k == "f":   # other kinds: the caller's cast (as GEN's)
+            expr = f"cst(x, {expr})"
+            if k == "f" and not HW_FLUSH and not e.keep_subnormal:   # flush in code
+                expr = f"ftz({expr})"
+        pre = ""
+        if k == "f" and not HW_FLUSH and not e.keep_subnormal:
+            pre = "".join(f"    {v} = ftz({v})\n" for v in "xy"[:e.arity])
         args = ", ".join(["x", "y"][:e.arity] + list(e.params))
-        mod.fns[own] = (f"@njit(inline='always', nogil=True, error_model='numpy')\n"
-                        f"def {own}({args}):\n    return cst(x, {e.expr_for('f')})\n")
+        # not inlined by numba (its IR inlining re-types the body at every call site: compile
+        # time); LLVM inlines the small function anyway
+        mod.fns[own] = (f"@njit(nogil=True, error_model='numpy')\n"
+                        f"def {own}({args}):\n{pre}    return {expr}\n")
     return own
 
 
@@ -195,6 +213,14 @@ def _ew(ctx, mod, ins, steps, in_dtype, out_slot):
         raise Ineligible(f"{steps[-1][0]}: a broadcast no loop pattern covers")
     pats, rows, cols = got
     o = ctx.var(out_slot)
+    if not any(_is_scalar(t) for t in in_types) and all(
+            fusion.fusable(op, in_dtype) for op, _, _ in steps):
+        # float chains: fusion.py's loop for the same spec (one call to type, not a loop)
+        kern = mod.extern(fusion.build(in_dtype, len(ins), steps, pats)[0])
+        flat = "".join(f"{nm}.reshape(-1), " for nm in names)
+        ctx.emit(f"{o} = np.empty({shape!r}, {_cast(out_dt)})",
+                 f"{kern}({flat}{o}.reshape(-1), {rows}, {cols})")
+        return
     ctx.emit(f"{o} = np.empty({shape!r}, {_cast(out_dt)})", f"{o}_f = {o}.reshape(-1)")
     reads = []
     for k, (nm, t, p) in enumerate(zip(names, in_types, pats)):
@@ -331,20 +357,25 @@ def _emit_movement(ctx, mod, st):
     dt = _dt(st.types[0])
     zero = any((m < 0).any() for m in maps)
     src = ctx.tmp()
-    if zero:
-        parts.append(f"np.zeros(1, {_cast(dt)})")
-    if len(parts) == 1:
+    total = sum(n for _, n in data.values())
+    if len(parts) == 1 and not zero:
         ctx.emit(f"{src} = {parts[0]}")
-    else:
-        ctx.emit(f"{src} = np.concatenate(({', '.join(parts)},))")
+    else:   # the data inputs one after another (and a zero for elements no input gives)
+        ctx.emit(f"{src} = np.zeros({total + 1 if zero else total}, {_cast(dt)})")
+        off = 0
+        for k, part in zip(sorted(data), parts):
+            ctx.emit(f"put_flat({src}, {off}, {part})")
+            off += data[k][1]
     for s, t, m in zip(st.outputs, st.types, maps):
         if zero:
-            m = np.where(m < 0, sum(n for _, n in data.values()), m)
+            m = np.where(m < 0, total, m)
         shape = tuple(t[2])
         if shape == ():
             ctx.emit(f"{ctx.var(s)} = {src}[{int(m.reshape(()))}]")
         else:
-            ctx.emit(f"{ctx.var(s)} = {src}[{mod.array(m.reshape(-1))}].reshape({shape!r})")
+            o = ctx.var(s)
+            ctx.emit(f"{o} = np.empty({shape!r}, {_cast(dt)})",
+                     f"take({src}, {mod.array(m.reshape(-1))}, {o}.reshape(-1))")
 
 
 def _emit_reduce(ctx, mod, st):
@@ -411,14 +442,14 @@ def _emit_list(ctx, mod, st):
         item = _operand(ctx, mod, st.inputs[2])
         ctx.emit(f"if {i} < 0 or {i} >= {n}:", "    raise IndexError('TensorListSetItem')")
         ctx.emit(f"{ob} = {buf}" + ("" if ctx.last_use(st, st.inputs[0]) else ".copy()"),
-                 f"{on} = {n}", f"{ob}[{i}] = {item}")
+                 f"{on} = {n}", _put(ob, i, item, st.types[0], ctx, st.inputs[2]))
     elif op == "TensorListPushBack":
         buf, n = _list_names(ctx, st.inputs[0])
         ob, on = _list_names(ctx, st.outputs[0])
         item = _operand(ctx, mod, st.inputs[1])
         own = ctx.last_use(st, st.inputs[0]) or not ctx.rewritten(st.inputs[0], st)
         ctx.emit(f"{ob} = grow({buf}, {n})" + ("" if own else ".copy()"),
-                 f"{ob}[{n}] = {item}", f"{on} = {n} + 1")
+                 _put(ob, n, item, st.types[0], ctx, st.inputs[1]), f"{on} = {n} + 1")
     elif op == "TensorListPopBack":
         buf, n = _list_names(ctx, st.inputs[0])
         ob, on = _list_names(ctx, st.outputs[0])
@@ -451,6 +482,14 @@ def _emit_list(ctx, mod, st):
         raise Ineligible(f"{op}: no inline form")
 
 
+def _put(buf, i, item, list_type, ctx, item_slot):
+    """buf[i] = item: a scalar stored as it is, an array through a helper (numba lowers an
+    array assignment into a slice at every site: compile time)."""
+    if _is_scalar(ctx.type(item_slot)):
+        return f"{buf}[{i}] = {item}"
+    return f"put_item({buf}, {i}, {item})"
+
+
 def _emit_list_addn(ctx, mod, st):
     """AddN over lists. acc + SetItem(Reserve(...), i, v) (the gradient of one read item, each
     iteration) is acc[i] += v in place; any other form adds the buffers item by item."""
@@ -462,7 +501,8 @@ def _emit_list_addn(ctx, mod, st):
         buf, n = _list_names(ctx, acc)
         ctx.emit(f"if {i} < 0 or {i} >= {n}:", "    raise IndexError('AddN')",
                  f"{ob} = {buf}" + ("" if ctx.last_use(st, acc) else ".copy()"),
-                 f"{on} = {n}", f"{ob}[{i}] += {v}")
+                 f"{on} = {n}", f"add_item({ob}, {i}, {v})" if not _is_scalar(
+                     ctx.type(pat[2])) else f"{ob}[{i}] += {v}")
         return
     first = _list_names(ctx, st.inputs[0])
     ctx.emit(f"{ob} = {first[0]}[:{first[1]}].copy()", f"{on} = {first[1]}")
@@ -668,9 +708,11 @@ def source(loop):
             "import math\nimport numpy as np\nfrom numba import njit\n"
             "from kernels.cpu.elementwise import GEN\n"
             "from kernels.cpu.scalar import *  # noqa\n"
-            "from kernels.cpu.loop_helpers import mm32, mm64, grow, rsum_lead, rsum_trail\n\n\n"
+            "from kernels.cpu.loop_helpers import (mm32, mm64, grow, rsum_lead, rsum_trail, take,\n"
+            "                                      put_flat, put_item, add_item)\n"
+            + "".join(f"from {m} import {n} as {a}\n" for a, (m, n) in mod.ext.items())
+            + "\n\n"
             + "\n".join(mod.fns.values()) + "\n\n"
-            f"# {loop.name}\n"
             "@njit(cache=True, nogil=True, error_model='numpy')\n"
             f"def loop_fn({', '.join(args + consts)}):\n")
     return head + "\n".join(lines) + "\n", mod.arrays, copy_in

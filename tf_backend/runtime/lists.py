@@ -108,7 +108,12 @@ def from_tensor(ins, attrs):
         raise InvalidArgumentError("Tensor must be at least a vector, but saw shape: []")
     dt = attrs["element_dtype"]
     items = [_ro(t[i], dt) for i in range(t.shape[0])]
-    return [HostList(items, len(items), dt, _merge(_shape_arg(shape), t.shape[1:]))]
+    packed = None
+    if t.dtype == dt and t.flags.c_contiguous and t.ndim > 1:
+        packed = t.view()
+        packed.flags.writeable = False
+    return [HostList(items, len(items), dt, _merge(_shape_arg(shape), t.shape[1:]),
+                     packed=packed)]
 
 
 def push_back(ins, attrs):
@@ -170,6 +175,9 @@ def stack(ins, attrs):
     if want not in (-1, None) and want != len(items):
         raise InvalidArgumentError(f"Operation expected a list with {want} elements but got a "
                                    f"list with {len(items)} elements.")
+    p = lst.packed
+    if p is not None and p.shape[0] >= len(items) and items:
+        return [np.array(p[:len(items)])]   # a compiled loop's buffer: every item set
     if not items:
         z = _zeros(lst, _shape_arg(shape), "TensorListStack")
         return [np.zeros((0,) + z.shape, lst.dtype)]
