@@ -529,6 +529,8 @@ def _emit_step(ctx, mod, st):
         return
     if st.kind == "noop":
         return
+    if st.kind == "pair":
+        return _emit_pair(ctx, mod, st)
     f = EMIT.get(st.op)
     if f is not None:
         return f(ctx, mod, st)
@@ -553,6 +555,16 @@ class _RegionCtx(_Ctx):
         self.producer = {o: s for s in region.steps for o in s.outputs}
         # list slots whose buffer some step writes: items read from them must be copies
         self._written = _written_webs(region)
+        # Reserve + SetItem steps whose list only an AddN reads: acc[i] += v does their work
+        self.absorbed = set()
+        for st in region.steps:
+            if st.op == "AddN" and region.types.get(st.outputs[0], ("a",))[0] == "l":
+                pat = self.set_into_reserve(st)
+                if pat is not None:
+                    for x in st.inputs:
+                        p = self.producer.get(x)
+                        if p is not None and p.op == "TensorListSetItem":
+                            self.absorbed.update((id(p), id(self.producer[p.inputs[0]])))
 
     def last_use(self, st, slot):
         """No step after `st` reads slot, and it is no output of the region."""
@@ -619,11 +631,146 @@ def _written_webs(region):
     return out
 
 
+_READERS = {"TensorListGetItem", "TensorListLength", "TensorListElementShape",
+            "TensorListStack"}
+
+
+def _reads_first(region):
+    """Steps reordered so that a list's readers (GetItem, Length, ...) placed after a step that
+    writes a new list from it (SetItem, PushBack) run before that step where their inputs
+    allow: the writer then owns the buffer and writes in place instead of copying the list
+    (while_v2's gradient of a SetItem zeroes the item after reading it: a 40x64x64 list
+    copied every iteration)."""
+    steps = list(region.steps)
+    made = {}
+    for k, st in enumerate(steps):
+        for o in st.outputs:
+            made[o] = k
+    out = []
+    moved = set()
+    for k, st in enumerate(steps):
+        if id(st) in moved:
+            continue
+        if st.op in ("TensorListSetItem", "TensorListPushBack"):
+            lst = st.inputs[0]
+            for r in steps[k + 1:]:
+                if (r.op in _READERS and r.inputs and r.inputs[0] == lst and id(r) not in moved
+                        and all(made.get(x, -1) < k for x in r.inputs)):
+                    out.append(r)
+                    moved.add(id(r))
+        out.append(st)
+    return out
+
+
+_EARLY = {"TensorListGetItem", "TensorListPopBack", "TensorListLength",
+          "TensorListElementShape"}
+
+
+def _reads_early(region):
+    """List reads (GetItem, PopBack, Length, ElementShape) moved up to just after their inputs
+    are made: values are immutable, so reading earlier reads the same value, and it puts a
+    product's operands in place for pairing (the gradient bodies pop each operand right before
+    its product)."""
+    out = []
+    for st in region.steps:
+        if st.op in _EARLY and st.kind == "list":
+            j = len(out)
+            while j > 0 and not any(o in st.inputs for o in out[j - 1].outputs):
+                j -= 1
+            out.insert(j, st)
+        else:
+            out.append(st)
+    return out
+
+
+def _product(st):
+    """(a, b, transpose_a, transpose_b) of a step that is a product or a product with its
+    epilogue, else None."""
+    if st.kind == "kernel" and st.op == "MatMul":
+        a, b = st.inputs
+        m = st
+    elif st.kind == "fused" and st.parts is not None and st.parts[0].op == "MatMul":
+        m = st.parts[0]
+        a, b = st.inputs[:2]
+    else:
+        return None
+    return a, b, bool(m.attrs.get("transpose_a")), bool(m.attrs.get("transpose_b"))
+
+
+def _pair_products(region):
+    """Independent products run in pairs, one per core (kernels/cpu/loop_helpers.mm2_*): the
+    later one joins the earlier where its operands are already made. A paired product with an
+    epilogue keeps the epilogue at its own place, reading the product's slot."""
+    steps = region.steps
+    made_at = {}
+    for k, st in enumerate(steps):
+        for o in st.outputs:
+            made_at[o] = k
+    partner = {}
+    prods = [k for k, st in enumerate(steps) if _product(st) is not None
+             and _dt(st.types[0]).name in FLOATS]
+    for i, k1 in enumerate(prods):
+        if k1 in partner:
+            continue
+        for k2 in prods[i + 1:]:
+            if k2 in partner or _dt(steps[k2].types[0]) != _dt(steps[k1].types[0]):
+                continue
+            a, b = _product(steps[k2])[:2]
+            if all(made_at.get(x, -1) < k1 for x in (a, b)):
+                partner[k1], partner[k2] = k2, k1
+                break
+    if not partner:
+        return steps
+    out = []
+    temp = {}
+    for k, st in enumerate(steps):
+        if k not in partner:
+            out.append(st)
+            continue
+        if partner[k] > k:   # the pair's place: both products
+            k2 = partner[k]
+            outs, types, args = [], [], []
+            for kk in (k, k2):
+                s2 = steps[kk]
+                a, b, ta, tb = _product(s2)
+                slot = s2.outputs[0] if s2.parts is None else f"pp{kk}"
+                region.types[slot] = s2.types[0]
+                temp[kk] = slot
+                outs.append(slot)
+                types.append(s2.types[0])
+                args.append((ta, tb))
+            ins = list(_product(st)[:2]) + list(_product(steps[k2])[:2])
+            out.append(Step("MatMul2", "pair", {}, ins, outs, types, parts=tuple(args)))
+        if st.parts is not None:   # the epilogue, at the step's own place
+            m, n, i = st.parts
+            rest = list(st.inputs[len(m.inputs):])
+            rest.insert(i, temp[k])
+            out.append(Step(n.op, n.kind, n.attrs, rest, st.outputs, st.types,
+                            fusion=n.fusion))
+    return out
+
+
+def _emit_pair(ctx, mod, st):
+    dt = _dt(st.types[0])
+    names = [_operand(ctx, mod, x) for x in st.inputs]
+    (ta1, tb1), (ta2, tb2) = st.parts
+    o1, o2 = (ctx.var(o) for o in st.outputs)
+    ctx.emit(f"{o1} = np.empty({tuple(st.types[0][2])!r}, {_cast(dt)})",
+             f"{o2} = np.empty({tuple(st.types[1][2])!r}, {_cast(dt)})",
+             f"mm2_{dt.itemsize * 8}({names[0]}, {names[1]}, {o1}, {ta1}, {tb1}, "
+             f"{names[2]}, {names[3]}, {o2}, {ta2}, {tb2})")
+
+
 def _region_source(prefix, region, mod, lines, pad):
+    region.steps = _reads_early(region)
+    region.steps = _reads_first(region)
+    region.steps = _pair_products(region)
     ctx = _RegionCtx(prefix, region)
     for st in region.steps:
         if any(isinstance(s, int) and s in region.pre for s in st.outputs):
             continue   # computed before the loop (an argument)
+        if id(st) in ctx.absorbed:
+            continue   # folded into a list AddN (acc[i] += v)
         _emit_step(ctx, mod, st)
     lines.extend(pad + l for l in ctx.lines)
     return ctx
@@ -708,7 +855,8 @@ def source(loop):
             "import math\nimport numpy as np\nfrom numba import njit\n"
             "from kernels.cpu.elementwise import GEN\n"
             "from kernels.cpu.scalar import *  # noqa\n"
-            "from kernels.cpu.loop_helpers import (mm32, mm64, grow, rsum_lead, rsum_trail, take,\n"
+            "from kernels.cpu.loop_helpers import (mm32, mm64, mm2_32, mm2_64, grow, rsum_lead,\n"
+            "                                      rsum_trail, take,\n"
             "                                      put_flat, put_item, add_item)\n"
             + "".join(f"from {m} import {n} as {a}\n" for a, (m, n) in mod.ext.items())
             + "\n\n"
