@@ -1,6 +1,9 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# compiled loops compile on their first run, not in a background thread (tests/
+# test_compiled_loops.py covers the background path): results do not depend on timing
+os.environ.setdefault("TF_BACKEND_LOOP_COMPILE", "sync")
 
 import pytest  # noqa: E402
 

@@ -159,3 +159,30 @@ def test_loop_without_inline_form_runs_interpreted_with_a_reason(tf):
     assert loops and not any(v["compiled"] for v in loops.values())
     assert any("TopKV2" in (v["reason"] or "") or "no inline form" in (v["reason"] or "")
                or "stock" in (v["reason"] or "") for v in loops.values()), loops
+
+
+def test_background_compile_interprets_until_ready(tf, monkeypatch):
+    monkeypatch.setattr(executor, "LOOP_COMPILE", "async")
+
+    @tf.function
+    def f(x):
+        return tf.while_loop(lambda i, s: i < 5, lambda i, s: (i + 1, tf.tanh(s) * 1.25),
+                             (0, x))[1]
+
+    x = tf.constant([0.5, -0.25, 2.0])
+    stock = f(x).numpy()
+    functions.clear_cache()
+    import threading
+    import time
+    with tf_backend.enabled():
+        tf_backend.reset_stats()
+        first = f(x).numpy()          # interpreted while numba compiles in the background
+        deadline = time.time() + 120
+        while any(t.name == "tf_backend-loop-compile" for t in threading.enumerate()):
+            assert time.time() < deadline
+            time.sleep(0.05)
+        later = f(x).numpy()          # the compiled function
+        loops = tf_backend.stats()["loops"]
+    np.testing.assert_allclose(first, stock, rtol=1e-6)
+    np.testing.assert_allclose(later, stock, rtol=1e-6)
+    assert list(loops.values())[0]["compiled"], loops

@@ -640,7 +640,10 @@ def _compiled_loop(node, vals):
             node.spec, node.reason = None, f"loop not compiled: {e}"
             ledger.loop_compiled(node.name, None, str(e), time.perf_counter() - t0)
             return None
-        got = node.fn = [fn, consts, copy_in, src, False, 0]   # not run yet; last trip count
+        # not run yet; last trip count; "new" | "compiling" | "ready"
+        got = node.fn = [fn, consts, copy_in, src, False, 0, "new"]
+    if got[6] == "compiling":   # numba compiles it in the background: interpret meanwhile
+        return None
     fn, consts, copy_in = got[:3]
     cond, body = node.subs
     args = []
@@ -662,6 +665,11 @@ def _compiled_loop(node, vals):
         if spec.body.pre:
             args += _loop_pre(node, vals)
     except _NotPacked:
+        return None
+    if got[6] == "new" and LOOP_COMPILE == "async":
+        got[6] = "compiling"
+        threading.Thread(target=_compile_loop, args=(node, got, tuple(args) + tuple(consts)),
+                         daemon=True, name="tf_backend-loop-compile").start()
         return None
     ran = got[4]
     t0 = time.perf_counter()
@@ -697,6 +705,28 @@ def _compiled_loop(node, vals):
     ledger.program_ops(cond.op_counts, its + 1)
     ledger.program_ops(body.op_counts, its)
     return out
+
+
+# How a loop's function is compiled on first use: "async" (a background thread; the interpreter
+# runs the loop until it is ready: a cold cache costs seconds per loop, which would otherwise
+# stall the first step) or "sync" (the first run compiles it; tests, A/B runs)
+LOOP_COMPILE = os.environ.get("TF_BACKEND_LOOP_COMPILE", "async")
+
+
+def _compile_loop(node, got, args):
+    t0 = time.perf_counter()
+    try:
+        got[0].compile(tuple(numba.typeof(a) for a in args))
+    except Exception as e:  # noqa: BLE001 - it does not compile: the interpreter keeps it
+        why = [l.strip() for l in str(e).splitlines() if l.strip()][1:3]
+        node.spec, node.fn = None, None
+        node.reason = f"loop not compiled: {type(e).__name__}"
+        ledger.loop_compiled(node.name, None, f"{type(e).__name__}: {' '.join(why)}"[:400],
+                             time.perf_counter() - t0)
+        return
+    got[4] = True
+    ledger.loop_compiled(node.name, len(got[3]), None, time.perf_counter() - t0)
+    got[6] = "ready"
 
 
 class _NotPacked(Exception):
