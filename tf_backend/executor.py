@@ -621,7 +621,8 @@ def execute(node, vals):
     raise NotImplementedError(kind)
 
 
-LOOPS = True   # While loops with a compiled form run it (passes/compile_loops.py); False: A/B
+# While loops with a compiled form run it (passes/compile_loops.py); TF_BACKEND_LOOPS=0: A/B
+LOOPS = os.environ.get("TF_BACKEND_LOOPS", "1") != "0"
 
 
 def _compiled_loop(node, vals):
@@ -714,9 +715,12 @@ LOOP_COMPILE = os.environ.get("TF_BACKEND_LOOP_COMPILE", "async")
 
 
 def _compile_loop(node, got, args):
+    from kernels.cpu import loops
     t0 = time.perf_counter()
     try:
-        got[0].compile(tuple(numba.typeof(a) for a in args))
+        sig = tuple(numba.typeof(a) for a in args)
+        if not loops.compile_elsewhere(got[0], sig):   # a child process; else here
+            got[0].compile(sig)
     except Exception as e:  # noqa: BLE001 - it does not compile: the interpreter keeps it
         why = [l.strip() for l in str(e).splitlines() if l.strip()][1:3]
         node.spec, node.fn = None, None

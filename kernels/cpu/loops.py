@@ -31,6 +31,7 @@ runs the loop again in the interpreter from its inputs (nothing it was given was
 raises TensorFlow's error.
 """
 import hashlib
+import os
 
 import numpy as np
 
@@ -70,9 +71,11 @@ class _Ctx:
         self.p, self.r = prefix, region
         self.lines = []
         self.n = 0
+        self.names = {}   # slot -> the name it is read by (loop variables, arguments)
 
     def var(self, slot):
-        return f"{self.p}{slot}"
+        got = self.names.get(slot)
+        return got if got is not None else f"{self.p}{slot}"
 
     def type(self, slot):
         return self.r.types[slot]
@@ -761,11 +764,12 @@ def _emit_pair(ctx, mod, st):
              f"{names[2]}, {names[3]}, {o2}, {ta2}, {tb2})")
 
 
-def _region_source(prefix, region, mod, lines, pad):
+def _region_source(prefix, region, mod, lines, pad, names):
     region.steps = _reads_early(region)
     region.steps = _reads_first(region)
     region.steps = _pair_products(region)
     ctx = _RegionCtx(prefix, region)
+    ctx.names = names
     for st in region.steps:
         if any(isinstance(s, int) and s in region.pre for s in st.outputs):
             continue   # computed before the loop (an argument)
@@ -806,27 +810,20 @@ def source(loop):
     pre = [f"q{j}" for j in range(len(loop.body.pre))]
     args += pre
 
-    def bind_inputs(prefix, region, pad):
-        out = []
-        for k, s in enumerate(region.inputs):
-            t = loop.vars[k]
-            if t[0] == "h":
-                continue
-            out.append(f"{pad}{prefix}{s} = v{k}")
-            if t[0] == "l":
-                out.append(f"{pad}{prefix}{s}n = v{k}n")
-        return out
+    def inputs(region):
+        """The region reads its inputs by the loop variables' own names (no copies: each
+        array assignment is a reference count pair for numba and LLVM to work through)."""
+        return {s: f"v{k}" for k, s in enumerate(region.inputs) if loop.vars[k][0] != "h"}
 
     lines = ["    it = 0"]
     if HW_FLUSH:   # TensorFlow's threads flush subnormals: FTZ/DAZ for the loop's duration
         lines += ["    csr = fp_env_get()", "    fp_env_set(csr | FTZ_DAZ)"]
     lines += ["    while True:"]
-    lines += bind_inputs("c", loop.cond, "        ")
-    _region_source("c", loop.cond, mod, lines, "        ")
-    lines += [f"        if not c{loop.cond.outputs[0]}:", "            break"]
-    lines += bind_inputs("b", loop.body, "        ")
-    lines += [f"        b{s} = q{j}" for j, s in enumerate(loop.body.pre)]
-    bctx = _region_source("b", loop.body, mod, lines, "        ")
+    cctx = _region_source("c", loop.cond, mod, lines, "        ", inputs(loop.cond))
+    lines += [f"        if not {cctx.var(loop.cond.outputs[0])}:", "            break"]
+    bnames = inputs(loop.body)
+    bnames.update({s: f"q{j}" for j, s in enumerate(loop.body.pre)})
+    bctx = _region_source("b", loop.body, mod, lines, "        ", bnames)
     # lists the body writes into: the caller hands the loop its own copy of their buffers
     copy_in = [t[0] == "l" and bctx.written(loop.body.inputs[k]) for k, t in enumerate(loop.vars)]
     news = []
@@ -838,12 +835,14 @@ def source(loop):
             continue
         c = loop.body.consts.get(s)
         src = _literal(c, t[1]) if c is not None and t[0] == "a" and tuple(t[2]) == () else (
-            mod.array(np.asarray(c, t[1])) if c is not None else f"b{s}")
+            mod.array(np.asarray(c, t[1])) if c is not None else bctx.var(s))
+        if src == f"v{k}":
+            continue   # passed through as it is
         if t[0] == "a" and tuple(t[2]) == ():
             src = f"{_cast(t[1])}({src})"
         news.append((f"v{k}", src))
         if t[0] == "l":
-            news.append((f"v{k}n", f"b{s}n"))
+            news.append((f"v{k}n", f"{bctx.var(s)}n"))
     if news:
         lines.append(f"        {', '.join(n for n, _ in news)} = {', '.join(s for _, s in news)}")
     lines.append("        it += 1")
@@ -887,6 +886,62 @@ def _helpers_digest():
 
 
 _HELPERS = _helpers_digest()
+
+
+_child_lock = __import__("threading").Lock()
+
+
+def cached(fn, sig):
+    """Whether numba's disk cache holds `fn` for `sig` (then compile() only loads it)."""
+    try:
+        return fn._cache.load_overload(sig, fn.targetctx) is not None
+    except Exception:  # noqa: BLE001 - numba internals moved: say no, a child compiles it
+        return False
+
+
+def compile_elsewhere(fn, sig, timeout=600):
+    """Compile `fn` (a build() function) for `sig` in a child process (loop_compile.py), one
+    child at a time, then load it here from numba's cache. Returns False when the child
+    failed (the caller compiles in this process)."""
+    with _child_lock:
+        if cached(fn, sig):   # another loop's child (or an earlier process) compiled it
+            fn.compile(sig)
+            return True
+        return _child(fn, sig, timeout)
+
+
+def _child(fn, sig, timeout):
+    import pickle
+    import subprocess
+    import sys
+    import tempfile
+    mod = sys.modules[fn.py_func.__module__]
+    fused = []
+    for name in sorted(vars(mod)):
+        v = getattr(mod, name)
+        owner = getattr(getattr(v, "py_func", None), "__module__", "")
+        if owner.startswith("_tf_backend_fused_"):
+            fm = sys.modules[owner]
+            fused.append((fm.__file__, owner))
+    fd, path = tempfile.mkstemp(suffix=".loop.pkl")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump((mod.__file__, mod.__name__, sorted(set(fused)), sig), f)
+        r = subprocess.run([sys.executable, "-m", "kernels.cpu.loop_compile", path],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout,
+                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                               os.path.abspath(__file__)))))
+    except (OSError, subprocess.SubprocessError, pickle.PicklingError):
+        return False
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    if r.returncode != 0:
+        return False
+    fn.compile(sig)   # from numba's cache, written by the child
+    return True
 
 
 def build(loop):
