@@ -4,6 +4,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # compiled loops compile on their first run, not in a background thread (tests/
 # test_compiled_loops.py covers the background path): results do not depend on timing
 os.environ.setdefault("TF_BACKEND_LOOP_COMPILE", "sync")
+# product kernel choices measured here (two workers loading each other) are not kept on disk
+os.environ.setdefault("TF_BACKEND_GEMM_RECORD", "0")
 
 import pytest  # noqa: E402
 

@@ -303,6 +303,7 @@ def _fresh_choices(monkeypatch, tmp_path):
     monkeypatch.setenv("TF_BACKEND_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("TF_BACKEND_AUTOTUNE", raising=False)
     monkeypatch.setattr(gemm, "CHOOSE", True)
+    monkeypatch.setattr(gemm, "RECORD", True)   # conftest keeps the suite's own off disk
     monkeypatch.setattr(gemm, "_choices", {})
     monkeypatch.setattr(gemm, "_choice_file", {"table": None})
 

@@ -831,3 +831,45 @@ def test_one_executor_thread_means_one_numba_thread_in_programs(tf, monkeypatch)
     finally:
         executor.set_threads(executor.default_threads())
     assert seen[0] == 1 and seen[-1] == before
+
+
+def test_group_stock_runs_tensorflow_nodes_together_and_keeps_results(tf):
+    """An SGD step interleaves our products with TensorFlow's reads and assignments; after
+    group_stock the reads come first and the assignments run back to back at the end, in
+    their program order, with stock's results."""
+    rng = np.random.default_rng(3)
+    init = [rng.standard_normal(s).astype(np.float32) for s in ((8, 6), (6,), (6, 4), (4,))]
+
+    def make():
+        ws = [tf.Variable(v) for v in init]
+
+        def step(x):
+            with tf.GradientTape() as tape:
+                h = tf.nn.relu(tf.matmul(x, ws[0]) + ws[1])
+                loss = tf.reduce_sum(tf.matmul(h, ws[2]) + ws[3])
+            for w, g in zip(ws, tape.gradient(loss, ws)):
+                w.assign_sub(0.1 * g)
+            return loss
+        return ws, step
+
+    x = tf.constant(rng.standard_normal((5, 8)).astype(np.float32))
+    ws, step = make()
+    prog = _program(tf, step, x)
+    passes.optimize(prog)
+    kinds = ["tf" if n.kind in ("stock", "reads") else "ours" for n in prog.nodes]
+    assigns = [n.name for n in prog.nodes if n.op == "AssignSubVariableOp"]
+    first = kinds.index("ours")
+    assert all(n.op == "ReadVariableOp" for n in prog.nodes[:first] if n.kind == "stock")
+    tail = kinds[len(kinds) - len(assigns):]
+    assert tail == ["tf"] * len(assigns), kinds          # the assignments run together, last
+    assert assigns == sorted(assigns, key=lambda s: (len(s), s))   # in their program order
+    assert any(note.startswith("group_stock") for note in prog.notes)
+
+    sws, sstep = make()
+    stock = [float(tf.function(sstep)(x)) for _ in range(3)]
+    functions.clear_cache()
+    with tf_backend.enabled():
+        ours = [float(tf.function(step)(x)) for _ in range(3)]
+    np.testing.assert_allclose(ours, stock, rtol=1e-5)
+    for a, b in zip(ws, sws):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)

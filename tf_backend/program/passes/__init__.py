@@ -5,11 +5,11 @@ TF_BACKEND_DISABLE_PASSES=fuse_elementwise,const_fold turns passes off (for A/B 
 import os
 
 from . import (batch_reads, canonicalize, compile_loops, const_fold, dce, epilogue,
-               fuse_elementwise, fuse_reduce, identity, inplace, loop_reads, memo, schedule,
-               shapes, tensor_lists)
+               fuse_elementwise, fuse_reduce, group_stock, identity, inplace, loop_reads, memo,
+               schedule, shapes, tensor_lists)
 
 PIPELINE = (tensor_lists, identity, canonicalize, shapes, const_fold, dce, batch_reads,
-            fuse_elementwise, fuse_reduce, epilogue, memo, inplace, schedule)
+            fuse_elementwise, fuse_reduce, epilogue, memo, group_stock, inplace, schedule)
 # after the sub-programs are optimised (their reads batched, their aliases gone)
 POST_SUBS = (loop_reads, compile_loops)
 
