@@ -6,6 +6,7 @@ import pytest
 
 import tf_backend
 from tf_backend import executor, functions
+from tf_backend.ab.bench import _training_step
 
 
 @pytest.fixture
@@ -66,16 +67,8 @@ def test_lstm_gru_training_steps_compiled_match_stock(tf, keras):
     def train(enable):
         keras.utils.set_random_seed(3)
         model = _classifier(keras)
-        opt = keras.optimizers.Adam(1e-2)
-        loss_fn = keras.losses.BinaryCrossentropy(from_logits=True)
-
-        @tf.function
-        def step(x, y):
-            with tf.GradientTape() as tape:
-                loss = loss_fn(y, model(x, training=True))
-            grads = tape.gradient(loss, model.trainable_variables)
-            opt.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
+        step = tf.function(_training_step(tf, model, keras.optimizers.Adam(1e-2),
+                                          keras.losses.BinaryCrossentropy(from_logits=True)))
 
         losses = []
         functions.clear_cache()

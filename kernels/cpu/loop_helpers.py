@@ -113,18 +113,14 @@ def put_flat(dst, off, src):
 
 
 @njit(cache=True, nogil=True)
-def put_item(buf, i, v):
-    """buf[i] = v for a list buffer [capacity, *element] and a C-contiguous item."""
+def put_item(buf, i, v, add):
+    """buf[i] = v (or buf[i] += v: an item's gradient added into an accumulator list) for a
+    list buffer [capacity, *element] and a C-contiguous item."""
     row = buf.reshape((buf.shape[0], -1))[i]
     vf = v.reshape(-1)
-    for k in range(vf.size):
-        row[k] = vf[k]
-
-
-@njit(cache=True, nogil=True)
-def add_item(buf, i, v):
-    """buf[i] += v (an item's gradient added into an accumulator list)."""
-    row = buf.reshape((buf.shape[0], -1))[i]
-    vf = v.reshape(-1)
-    for k in range(vf.size):
-        row[k] += vf[k]
+    if add:
+        for k in range(vf.size):
+            row[k] += vf[k]
+    else:
+        for k in range(vf.size):
+            row[k] = vf[k]

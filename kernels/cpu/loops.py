@@ -490,7 +490,7 @@ def _put(buf, i, item, list_type, ctx, item_slot):
     array assignment into a slice at every site: compile time)."""
     if _is_scalar(ctx.type(item_slot)):
         return f"{buf}[{i}] = {item}"
-    return f"put_item({buf}, {i}, {item})"
+    return f"put_item({buf}, {i}, {item}, False)"
 
 
 def _emit_list_addn(ctx, mod, st):
@@ -504,7 +504,7 @@ def _emit_list_addn(ctx, mod, st):
         buf, n = _list_names(ctx, acc)
         ctx.emit(f"if {i} < 0 or {i} >= {n}:", "    raise IndexError('AddN')",
                  f"{ob} = {buf}" + ("" if ctx.last_use(st, acc) else ".copy()"),
-                 f"{on} = {n}", f"add_item({ob}, {i}, {v})" if not _is_scalar(
+                 f"{on} = {n}", f"put_item({ob}, {i}, {v}, True)" if not _is_scalar(
                      ctx.type(pat[2])) else f"{ob}[{i}] += {v}")
         return
     first = _list_names(ctx, st.inputs[0])
@@ -857,7 +857,7 @@ def source(loop):
             "from kernels.cpu.scalar import *  # noqa\n"
             "from kernels.cpu.loop_helpers import (mm32, mm64, mm2_32, mm2_64, grow, rsum_lead,\n"
             "                                      rsum_trail, take,\n"
-            "                                      put_flat, put_item, add_item)\n"
+            "                                      put_flat, put_item)\n"
             + "".join(f"from {m} import {n} as {a}\n" for a, (m, n) in mod.ext.items())
             + "\n\n"
             + "\n".join(mod.fns.values()) + "\n\n"
