@@ -179,3 +179,24 @@ def test_background_compile_interprets_until_ready(tf, monkeypatch):
     np.testing.assert_allclose(first, stock, rtol=1e-6)
     np.testing.assert_allclose(later, stock, rtol=1e-6)
     assert list(loops.values())[0]["compiled"], loops
+
+
+def test_small_node_region_compiles_and_matches_stock(tf):
+    """A run of small nodes (compile_regions) is one compiled call: stock's result, and the
+    ledger names the region."""
+    rng = np.random.default_rng(7)
+    w = tf.constant(rng.standard_normal((4, 4)).astype(np.float32) * 0.5)
+
+    @tf.function
+    def f(x):
+        for _ in range(5):
+            x = tf.transpose(tf.nn.tanh(tf.matmul(x, w) + 0.25))
+        return tf.reduce_sum(x, axis=0), x[1:3]
+
+    x = tf.constant(rng.standard_normal((4, 4)).astype(np.float32))
+    stock = [t.numpy() for t in f(x)]
+    ours, stats = _run(tf, f, x)
+    _close(ours, stock, 1e-6)
+    regions = {k: v for k, v in stats.get("loops", {}).items() if k.startswith("region[")}
+    assert regions and all(v["compiled"] for v in regions.values()), stats.get("loops")
+    assert stats["ops"]["MatMul"]["backend"] == 5

@@ -582,6 +582,8 @@ def execute(node, vals):
                         for v in (vals[s] for s in node.inputs)], node.attrs)
     if kind == "memo":
         return node.fn(vals)
+    if kind == "region":
+        return _region(node, vals)
     if kind == "alias":
         return [vals[s] for s in node.inputs]
     if kind == "noop":
@@ -731,6 +733,57 @@ def _compile_loop(node, got, args):
     got[4] = True
     ledger.loop_compiled(node.name, len(got[3]), None, time.perf_counter() - t0)
     got[6] = "ready"
+
+
+def _region(node, vals):
+    """A compiled region's function on its inputs; its nodes one by one until the function is
+    compiled (a child process, as for loops), where the device declines it, or where it raised
+    (the nodes then raise TensorFlow's error)."""
+    from kernels.cpu import loops
+    from kernels.regions import Ineligible
+    got = node.fn
+    if got is None and node.spec is not None:
+        t0 = time.perf_counter()
+        try:
+            fn, consts, src = loops.build_region(node.spec)
+            got = node.fn = [fn, consts, None, src, False, 0, "new"]
+        except Ineligible as e:
+            node.spec, node.reason = None, f"region not compiled: {e}"
+            ledger.loop_compiled(node.name, None, str(e), time.perf_counter() - t0)
+    if got is not None and got[6] != "compiling":
+        args = []
+        for s, t in zip(node.inputs, [node.spec.types[s] for s in node.inputs]):
+            a = as_numpy(vals[s])
+            if a.shape != t[2] or a.dtype != t[1]:
+                args = None
+                break
+            if a.ndim == 0:
+                args.append(a.dtype.type(a[()]))
+            else:
+                args.append(a if a.flags.writeable and a.flags.c_contiguous else np.array(a))
+        if args is not None:
+            if got[6] == "new" and LOOP_COMPILE == "async":
+                got[6] = "compiling"
+                threading.Thread(target=_compile_loop, args=(node, got, tuple(args) + tuple(
+                    got[1])), daemon=True, name="tf_backend-loop-compile").start()
+            else:
+                csr = loops.csr_get() if loops.HW_FLUSH else None
+                try:
+                    res = got[0](*args, *got[1])
+                    if not got[4]:
+                        got[4] = True
+                        ledger.loop_compiled(node.name, len(got[3]), None, 0.0)
+                    return [np.array(r, node.spec.types[s][1]) if not node.spec.types[s][2]
+                            else r for s, r in zip(node.outputs, res)]
+                except Exception:  # noqa: BLE001 - the nodes below raise TensorFlow's error
+                    if csr is not None:
+                        loops.csr_set(csr)
+    failed = {}
+    for m in node.attrs["nodes"]:
+        step(m, vals, failed)
+    if failed:
+        raise _Raise(min(failed.values(), key=lambda f: f.node.id))
+    return None
 
 
 class _NotPacked(Exception):

@@ -12,6 +12,8 @@ Node kinds:
   reads   many ReadVariableOps in one TensorFlow call (batch_reads pass; raw_attrs: dtypes)
   memo    weight-derived kernel/fused nodes (attrs["nodes"]), rerun only when a read changed
   list    a TensorList op on runtime/lists.py's HostList (tensor_lists pass): fn(inputs, attrs)
+  region  a run of small nodes compiled as one function (compile_regions; attrs["nodes"] run
+          until it is compiled, or where the device declines it)
 """
 from shape_fns.spec import fmt_shape
 
@@ -142,9 +144,9 @@ class Program:
         return self
 
     def counted_nodes(self):
-        """The nodes as the ledger counts them: a memo node's inner nodes in its place."""
+        """The nodes as the ledger counts them: a memo's or region's inner nodes in its place."""
         for n in self.nodes:
-            if n.kind == "memo":
+            if n.kind in ("memo", "region"):
                 yield from n.attrs["nodes"]
             else:
                 yield n
@@ -177,7 +179,7 @@ class Program:
                          f"[{n.name}] {' '.join(extra)}".rstrip())
             for i, sub in enumerate(n.subs):
                 lines.extend("      " + l for l in sub.dump().splitlines())
-            if n.kind == "memo":
+            if n.kind in ("memo", "region"):
                 for m in n.attrs["nodes"]:
                     mo = ", ".join(slot(s) for s in m.outputs)
                     mi = ", ".join(f"%{s}" for s in m.inputs)

@@ -161,7 +161,8 @@ def describe(prog, node):
             types[s] = t
             return t
 
-        for n in p.nodes:
+        # a compiled region inside the body (compile_regions) joins the loop as its nodes
+        for n in [m for x in p.nodes for m in (x.attrs["nodes"] if x.kind == "region" else [x])]:
             where = f"{n.op} [{n.name}]"
             if n.kind == "reads":
                 if not n.attrs.get("loop_invariant") or tag != "b":
