@@ -721,7 +721,8 @@ def _compile_loop(node, got, args):
     t0 = time.perf_counter()
     try:
         sig = tuple(numba.typeof(a) for a in args)
-        if not loops.compile_elsewhere(got[0], sig):   # a child process; else here
+        kind = "region" if node.kind == "region" else "loop"
+        if not loops.compile_elsewhere(got[0], sig, kind=kind):   # a child process; else here
             got[0].compile(sig)
     except Exception as e:  # noqa: BLE001 - it does not compile: the interpreter keeps it
         why = [l.strip() for l in str(e).splitlines() if l.strip()][1:3]

@@ -923,7 +923,8 @@ def _helpers_digest():
 _HELPERS = _helpers_digest()
 
 
-_child_lock = __import__("threading").Lock()
+# one child at a time per kind: loops do not wait behind a program's many regions
+_child_locks = {"loop": __import__("threading").Lock(), "region": __import__("threading").Lock()}
 
 
 def cached(fn, sig):
@@ -934,12 +935,15 @@ def cached(fn, sig):
         return False
 
 
-def compile_elsewhere(fn, sig, timeout=600):
+def compile_elsewhere(fn, sig, timeout=600, kind="loop"):
     """Compile `fn` (a build() function) for `sig` in a child process (loop_compile.py), one
     child at a time, then load it here from numba's cache. Returns False when the child
     failed (the caller compiles in this process)."""
-    with _child_lock:
-        if cached(fn, sig):   # another loop's child (or an earlier process) compiled it
+    if cached(fn, sig):   # an earlier process compiled it: no waiting behind another child
+        fn.compile(sig)
+        return True
+    with _child_locks[kind]:
+        if cached(fn, sig):   # the child before this one compiled it
             fn.compile(sig)
             return True
         return _child(fn, sig, timeout)
