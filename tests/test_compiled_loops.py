@@ -200,3 +200,52 @@ def test_small_node_region_compiles_and_matches_stock(tf):
     regions = {k: v for k, v in stats.get("loops", {}).items() if k.startswith("region[")}
     assert regions and all(v["compiled"] for v in regions.values()), stats.get("loops")
     assert stats["ops"]["MatMul"]["backend"] == 5
+
+
+_VARIANTS = {
+    "masked_lstm": lambda L: [L.Embedding(50, 8, mask_zero=True), L.LSTM(6), L.Dense(1)],
+    "bidirectional_lstm": lambda L: [L.Embedding(50, 8), L.Bidirectional(L.LSTM(6)),
+                                     L.Dense(1)],
+    "simple_rnn": lambda L: [L.Embedding(50, 8), L.SimpleRNN(6, return_sequences=True),
+                             L.SimpleRNN(4), L.Dense(1)],
+    "gru_reset_before": lambda L: [L.Embedding(50, 8), L.GRU(6, reset_after=False),
+                                   L.Dense(1)],
+    "lstm_go_backwards": lambda L: [L.Embedding(50, 8),
+                                    L.LSTM(6, go_backwards=True, return_sequences=True),
+                                    L.GlobalAveragePooling1D(), L.Dense(1)],
+}
+
+
+@pytest.mark.parametrize("name", [
+    "masked_lstm", "bidirectional_lstm",
+    pytest.param("simple_rnn", marks=pytest.mark.slow),
+    pytest.param("gru_reset_before", marks=pytest.mark.slow),
+    pytest.param("lstm_go_backwards", marks=pytest.mark.slow)])
+def test_recurrent_layer_variants_train_like_stock_with_loops_compiled(tf, keras, name):
+    """Masking (SelectV2 in the step), both directions, SimpleRNN, GRU v1, reversed input:
+    three Adam steps and a prediction equal stock's, every loop compiled."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(1, 50, (8, 10)).astype(np.int32)
+    x[:, 7:] = 0
+    y = rng.integers(0, 2, (8, 1)).astype(np.float32)
+
+    def train(enable):
+        keras.utils.set_random_seed(1)
+        m = keras.Sequential([keras.Input((10,), dtype="int32")] + _VARIANTS[name](keras.layers))
+        step = tf.function(_training_step(tf, m, keras.optimizers.Adam(1e-2),
+                                          keras.losses.BinaryCrossentropy(from_logits=True)))
+        pred = tf.function(lambda a: m(a, training=False))
+        functions.clear_cache()
+        with tf_backend.enabled() if enable else _null():
+            tf_backend.reset_stats()
+            losses = [float(step(x, y)) for _ in range(3)]
+            p = pred(x).numpy()
+            stats = tf_backend.stats()
+        return losses, p, [v.numpy() for v in m.trainable_variables], stats
+
+    s_loss, s_p, s_w, _ = train(False)
+    o_loss, o_p, o_w, stats = train(True)
+    np.testing.assert_allclose(o_loss, s_loss, rtol=1e-5)
+    _close([o_p] + o_w, [s_p] + s_w, 1e-5)
+    loops = {k: v for k, v in stats["loops"].items() if not k.startswith("region[")}
+    assert loops and all(v["compiled"] for v in loops.values()), loops

@@ -267,6 +267,40 @@ def _emit_fused(ctx, mod, st):
     _ew(ctx, mod, st.inputs, steps, dt, st.outputs[0])
 
 
+def _emit_select(ctx, mod, st):
+    """SelectV2(cond, x, y) with broadcasting (Keras' masked recurrent steps): one loop over the
+    output reading each input by its pattern."""
+    c, x, y = st.inputs
+    ot = ctx.type(st.outputs[0])
+    shape, dt = tuple(ot[2]), _dt(ot)
+    types = [ctx.type(v) for v in (c, x, y)]
+    if _dt(types[0]).kind != "b" or _dt(types[1]) != dt or _dt(types[2]) != dt:
+        raise Ineligible("SelectV2 with these dtypes")
+    names = [_operand(ctx, mod, v) for v in (c, x, y)]
+    o = ctx.var(st.outputs[0])
+    if shape == ():
+        if not all(_is_scalar(t) for t in types):
+            raise Ineligible("SelectV2: a scalar result from a non-scalar input")
+        ctx.emit(f"{o} = {names[1]} if {names[0]} else {names[2]}")
+        return
+    got = fusion.plan([tuple(t[2]) for t in types], shape)
+    if got is None:
+        raise Ineligible("SelectV2: a broadcast no loop pattern covers")
+    pats, rows, cols = got
+    reads = []
+    for nm, t, p in zip(names, types, pats):
+        if _is_scalar(t):
+            reads.append(nm)
+            continue
+        f = ctx.tmp()
+        ctx.emit(f"{f} = {nm}.reshape(-1)")
+        reads.append({"f": f"{f}[i]", "s": f"{f}[0]", "o": f"{f}[r]", "i": f"{f}[c]"}[p])
+    ctx.emit(f"{o} = np.empty({shape!r}, {_cast(dt)})", f"{o}_f = {o}.reshape(-1)",
+             f"for r in range({rows}):", f"    for c in range({cols}):",
+             f"        i = r * {cols} + c",
+             f"        {o}_f[i] = {reads[1]} if {reads[0]} else {reads[2]}")
+
+
 def _emit_addn(ctx, mod, st):
     if ctx.type(st.outputs[0])[0] == "l":
         return _emit_list_addn(ctx, mod, st)
@@ -514,7 +548,7 @@ def _emit_list_addn(ctx, mod, st):
         ctx.emit(f"if {n} != {on}:", "    raise IndexError('AddN')", f"{ob} += {b}[:{n}]")
 
 
-EMIT = {"MatMul": _emit_matmul, "AddN": _emit_addn}
+EMIT = {"MatMul": _emit_matmul, "AddN": _emit_addn, "SelectV2": _emit_select}
 EMIT.update({op: _emit_view for op in VIEWS})
 EMIT.update({op: _emit_movement for op in MOVEMENT})
 EMIT.update({op: _emit_reduce for op in REDUCE})
