@@ -627,28 +627,90 @@ def execute(node, vals):
 LOOPS = os.environ.get("TF_BACKEND_LOOPS", "1") != "0"
 
 
-def _compiled_loop(node, vals):
-    """Run a While through its compiled function (kernels/cpu/loops.py): None when the device
-    declines the loop (the reason is recorded once) or the function raised on these inputs
-    (the interpreter then runs the loop from the same inputs and raises TensorFlow's error)."""
-    from kernels.cpu import loops
+class _Compiled:
+    """A loop's or region's generated function and its state: "new" (not called yet),
+    "compiling" (a background compile runs; the interpreter runs the node meanwhile), "ready";
+    `ran` once its first call (or compile) is in the ledger; `trips` the last trip count."""
+    __slots__ = ("fn", "consts", "copy_in", "src", "ran", "trips", "state")
+
+    def __init__(self, fn, consts, copy_in, src):
+        self.fn, self.consts, self.copy_in, self.src = fn, consts, copy_in, src
+        self.ran, self.trips, self.state = False, 0, "new"
+
+
+def _what(node):
+    return "region" if node.kind == "region" else "loop"
+
+
+def _built(node, build):
+    """node.fn, built by `build(node.spec)` on first use; None where the device declines it
+    (the reason is recorded once)."""
     from kernels.regions import Ineligible
-    spec = node.spec
-    got = node.fn
-    if got is None:
+    if node.fn is None and node.spec is not None:
         t0 = time.perf_counter()
         try:
-            fn, consts, copy_in, src = loops.build(spec)
+            node.fn = _Compiled(*build(node.spec))
         except Ineligible as e:
-            node.spec, node.reason = None, f"loop not compiled: {e}"
+            node.spec, node.reason = None, f"{_what(node)} not compiled: {e}"
             ledger.loop_compiled(node.name, None, str(e), time.perf_counter() - t0)
-            return None
-        # not run yet; last trip count; "new" | "compiling" | "ready"
-        got = node.fn = [fn, consts, copy_in, src, False, 0, "new"]
-    if got[6] == "compiling":   # numba compiles it in the background: interpret meanwhile
+    return node.fn
+
+
+def _declined(node, e, t0):
+    """The function does not compile: the interpreter keeps the node, the ledger says why."""
+    why = [l.strip() for l in str(e).splitlines() if l.strip()][1:3]
+    node.spec, node.fn = None, None
+    node.reason = f"{_what(node)} not compiled: {type(e).__name__}"
+    ledger.loop_compiled(node.name, None, f"{type(e).__name__}: {' '.join(why)}"[:400],
+                         time.perf_counter() - t0)
+
+
+def _call_compiled(node, got, args):
+    """The function's results on `args`, or None: it is compiling (a background compile starts
+    on the first call in "async" mode), it does not compile, or it raised (with FTZ/DAZ set:
+    MXCSR is restored; the interpreter then runs the node and raises TensorFlow's error)."""
+    from kernels.cpu import loops
+    if got.state == "new" and LOOP_COMPILE == "async":
+        got.state = "compiling"
+        threading.Thread(target=_compile_loop, args=(node, got, tuple(args) + tuple(
+            got.consts)), daemon=True, name="tf_backend-loop-compile").start()
         return None
-    fn, consts, copy_in = got[:3]
-    cond, body = node.subs
+    t0 = time.perf_counter()
+    csr = loops.csr_get() if loops.HW_FLUSH else None
+    try:
+        res = got.fn(*args, *got.consts)
+    except Exception as e:  # noqa: BLE001 - the interpreter runs it (and raises TF's error)
+        if csr is not None:   # it raised with FTZ/DAZ set
+            loops.csr_set(csr)
+        if not got.ran and isinstance(e, numba.core.errors.NumbaError):
+            _declined(node, e, t0)
+        return None
+    if not got.ran:   # the first run compiles (or loads numba's cached machine code)
+        got.ran = True
+        ledger.loop_compiled(node.name, len(got.src), None, time.perf_counter() - t0)
+    return res
+
+
+def _array_arg(v, t):
+    """A value as the compiled function takes it (a scalar of its dtype, a writable C array),
+    or None when it is not of the static type the function was written for."""
+    a = as_numpy(v)
+    if a.dtype != t[1] or a.shape != t[2]:
+        return None
+    if a.ndim == 0:
+        return a.dtype.type(a[()])
+    return a if a.flags.writeable and a.flags.c_contiguous else np.array(a)
+
+
+def _compiled_loop(node, vals):
+    """Run a While through its compiled function (kernels/cpu/loops.py): None when the device
+    declines the loop, it is still compiling, or the function raised on these inputs (the
+    interpreter then runs the loop from the same inputs and raises TensorFlow's error)."""
+    from kernels.cpu import loops
+    got = _built(node, loops.build)
+    if got is None or got.state == "compiling":
+        return None
+    spec = node.spec
     args = []
     try:
         for k, t in enumerate(spec.vars):
@@ -656,43 +718,20 @@ def _compiled_loop(node, vals):
             if t[0] == "h":
                 continue
             if t[0] == "l":
-                args += _list_in(v, t, copy_in[k], got[5])
+                args += _list_in(v, t, got.copy_in[k], got.trips)
                 continue
-            a = as_numpy(v)
-            if a.dtype != t[1] or a.shape != t[2]:
+            a = _array_arg(v, t)
+            if a is None:
                 return None
-            if a.ndim == 0:
-                args.append(a.dtype.type(a[()]))
-            else:
-                args.append(a if a.flags.writeable and a.flags.c_contiguous else np.array(a))
+            args.append(a)
         if spec.body.pre:
             args += _loop_pre(node, vals)
     except _NotPacked:
         return None
-    if got[6] == "new" and LOOP_COMPILE == "async":
-        got[6] = "compiling"
-        threading.Thread(target=_compile_loop, args=(node, got, tuple(args) + tuple(consts)),
-                         daemon=True, name="tf_backend-loop-compile").start()
+    res = _call_compiled(node, got, args)
+    if res is None:
         return None
-    ran = got[4]
-    t0 = time.perf_counter()
-    csr = loops.csr_get() if loops.HW_FLUSH else None
-    try:
-        res = fn(*args, *consts)
-    except Exception as e:  # noqa: BLE001 - the interpreter runs it (and raises TF's error)
-        if csr is not None:   # it raised with FTZ/DAZ set
-            loops.csr_set(csr)
-        if not ran and isinstance(e, numba.core.errors.NumbaError):   # it does not compile
-            node.spec, node.fn = None, None
-            node.reason = f"loop not compiled: {type(e).__name__}"
-            why = [l.strip() for l in str(e).splitlines() if l.strip()][1:3]
-            ledger.loop_compiled(node.name, None, f"{type(e).__name__}: {' '.join(why)}"[:400],
-                                 time.perf_counter() - t0)
-        return None
-    if not ran:   # the first run compiles (or loads numba's cached machine code)
-        got[4] = True
-        ledger.loop_compiled(node.name, len(got[3]), None, time.perf_counter() - t0)
-    its = got[5] = res[-1]
+    its = got.trips = res[-1]
     out, j = [], 0
     for k, t in enumerate(spec.vars):
         if t[0] == "h":
@@ -705,6 +744,7 @@ def _compiled_loop(node, vals):
             r = res[j]
             j += 1
             out.append(np.array(r, t[1]) if not t[2] else r)
+    cond, body = node.subs
     ledger.program_ops(cond.op_counts, its + 1)
     ledger.program_ops(body.op_counts, its)
     return out
@@ -721,19 +761,14 @@ def _compile_loop(node, got, args):
     t0 = time.perf_counter()
     try:
         sig = tuple(numba.typeof(a) for a in args)
-        kind = "region" if node.kind == "region" else "loop"
-        if not loops.compile_elsewhere(got[0], sig, kind=kind):   # a child process; else here
-            got[0].compile(sig)
+        if not loops.compile_elsewhere(got.fn, sig, kind=_what(node)):   # a child process; else here
+            got.fn.compile(sig)
     except Exception as e:  # noqa: BLE001 - it does not compile: the interpreter keeps it
-        why = [l.strip() for l in str(e).splitlines() if l.strip()][1:3]
-        node.spec, node.fn = None, None
-        node.reason = f"loop not compiled: {type(e).__name__}"
-        ledger.loop_compiled(node.name, None, f"{type(e).__name__}: {' '.join(why)}"[:400],
-                             time.perf_counter() - t0)
+        _declined(node, e, t0)
         return
-    got[4] = True
-    ledger.loop_compiled(node.name, len(got[3]), None, time.perf_counter() - t0)
-    got[6] = "ready"
+    got.ran = True
+    ledger.loop_compiled(node.name, len(got.src), None, time.perf_counter() - t0)
+    got.state = "ready"
 
 
 def _region(node, vals):
@@ -741,44 +776,15 @@ def _region(node, vals):
     compiled (a child process, as for loops), where the device declines it, or where it raised
     (the nodes then raise TensorFlow's error)."""
     from kernels.cpu import loops
-    from kernels.regions import Ineligible
-    got = node.fn
-    if got is None and node.spec is not None:
-        t0 = time.perf_counter()
-        try:
-            fn, consts, src = loops.build_region(node.spec)
-            got = node.fn = [fn, consts, None, src, False, 0, "new"]
-        except Ineligible as e:
-            node.spec, node.reason = None, f"region not compiled: {e}"
-            ledger.loop_compiled(node.name, None, str(e), time.perf_counter() - t0)
-    if got is not None and got[6] != "compiling":
-        args = []
-        for s, t in zip(node.inputs, [node.spec.types[s] for s in node.inputs]):
-            a = as_numpy(vals[s])
-            if a.shape != t[2] or a.dtype != t[1]:
-                args = None
-                break
-            if a.ndim == 0:
-                args.append(a.dtype.type(a[()]))
-            else:
-                args.append(a if a.flags.writeable and a.flags.c_contiguous else np.array(a))
-        if args is not None:
-            if got[6] == "new" and LOOP_COMPILE == "async":
-                got[6] = "compiling"
-                threading.Thread(target=_compile_loop, args=(node, got, tuple(args) + tuple(
-                    got[1])), daemon=True, name="tf_backend-loop-compile").start()
-            else:
-                csr = loops.csr_get() if loops.HW_FLUSH else None
-                try:
-                    res = got[0](*args, *got[1])
-                    if not got[4]:
-                        got[4] = True
-                        ledger.loop_compiled(node.name, len(got[3]), None, 0.0)
-                    return [np.array(r, node.spec.types[s][1]) if not node.spec.types[s][2]
-                            else r for s, r in zip(node.outputs, res)]
-                except Exception:  # noqa: BLE001 - the nodes below raise TensorFlow's error
-                    if csr is not None:
-                        loops.csr_set(csr)
+    got = _built(node, loops.build_region)
+    if got is not None and got.state != "compiling":
+        types = node.spec.types
+        args = [_array_arg(vals[s], types[s]) for s in node.inputs]
+        if not any(a is None for a in args):
+            res = _call_compiled(node, got, args)
+            if res is not None:
+                return [np.array(r, types[s][1]) if not types[s][2] else r
+                        for s, r in zip(node.outputs, res)]
     failed = {}
     for m in node.attrs["nodes"]:
         step(m, vals, failed)
