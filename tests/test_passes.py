@@ -873,3 +873,56 @@ def test_group_stock_runs_tensorflow_nodes_together_and_keeps_results(tf):
     np.testing.assert_allclose(ours, stock, rtol=1e-5)
     for a, b in zip(ws, sws):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_read_runs_one_call_per_run_in_a_program_that_writes(tf):
+    """A training step's consecutive reads become one `reads` node per run; a read after an
+    assignment of the same variable stays after it and sees the new value; results, variables
+    and the ledger's read counts are stock's."""
+    rng = np.random.default_rng(5)
+    init = [rng.standard_normal(s).astype(np.float32) for s in ((8, 6), (6,), (6, 4), (4,))]
+
+    def make():
+        ws = [tf.Variable(v) for v in init]
+        m = tf.Variable(np.zeros((6, 4), np.float32))
+
+        def step(x):
+            with tf.GradientTape() as tape:
+                h = tf.nn.relu(tf.matmul(x, ws[0]) + ws[1])
+                loss = tf.reduce_sum(tf.matmul(h, ws[2]) + ws[3])
+            grads = tape.gradient(loss, ws)
+            m.assign_add(0.5 * grads[2] - 0.1 * m)   # a slot updated, then read again
+            for w, g in zip(ws, grads):
+                w.assign_sub(0.1 * g)
+            ws[2].assign_sub(0.01 * m)
+            return loss + tf.reduce_sum(m)
+        return ws, m, step
+
+    x = tf.constant(rng.standard_normal((5, 8)).astype(np.float32))
+    ws, m, step = make()
+    prog = _program(tf, step, x)
+    passes.optimize(prog)
+    runs = [n for n in prog.nodes if n.kind == "reads"]
+    assert runs and max(len(n.outputs) for n in runs) >= 4, prog.dump()
+    assert any(note.startswith("read_runs") for note in prog.notes)
+    # the read of m after its assign_add still comes after it
+    index = {id(n): i for i, n in enumerate(prog.nodes)}
+    add = next(n for n in prog.nodes if n.op == "AssignAddVariableOp")
+    m_slot = add.inputs[0]
+    later_reads = [n for n in prog.nodes if n.kind in ("reads", "stock")
+                   and n.op == "ReadVariableOp" and m_slot in n.inputs and index[id(n)] > index[id(add)]]
+    assert later_reads, prog.dump()
+
+    sws, sm, sstep = make()
+    stock = [float(tf.function(sstep)(x)) for _ in range(3)]
+    functions.clear_cache()
+    tf_backend.reset_stats()
+    with tf_backend.enabled():
+        ours = [float(tf.function(step)(x)) for _ in range(3)]
+    np.testing.assert_allclose(ours, stock, rtol=1e-5)
+    for a, b in zip(ws + [m], sws + [sm]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    # every read still counted, one per variable read, on TensorFlow
+    reads = tf_backend.stats()["ops"]["ReadVariableOp"]
+    assert reads.get("fallback", 0) == 3 * sum(1 for n in _program(tf, step, x).nodes
+                                                if n.op == "ReadVariableOp"), reads

@@ -222,6 +222,61 @@ def test_runtime_error_names_node_and_line_and_calls_keep_working(tf, threads):
         assert np.asarray(f(x, tf.constant(3))).shape == (3, 3)
 
 
+def test_long_program_driver_in_parts_error_late_and_shallow_tensorflow_stack(tf):
+    """A program longer than one driver part (driver.CHUNK nodes) runs part after part; a node
+    failing in a late part is reported as in a short program, and later calls work. TensorFlow's nodes run below enough short frames that the stack
+    TensorFlow captures for each eager op holds none of the caller's frames."""
+    import sys
+    from tf_backend import tf_adapter as tfa
+    from tf_backend.program import driver
+
+    v = tf.Variable(np.ones((4, 4), np.float32))
+    depth = {}
+    real = tfa.execute_stock
+
+    def spy(op, *a):
+        if op == "AssignAddVariableOp":
+            f = sys._getframe(1)
+            names = []
+            for _ in range(tfa.STACK_CAPTURE_FRAMES):
+                if f is None:
+                    break
+                names.append(f.f_code.co_name)
+                f = f.f_back
+            depth["names"] = names
+        return real(op, *a)
+
+    @tf.function
+    def f(x, n):
+        for _ in range(2 * driver.CHUNK):
+            x = tf.transpose(tf.math.cumsum(x, axis=1))
+        v.assign_add(x)
+        return x, tf.reshape(x, tf.stack([n, -1]))
+
+    x = tf.constant(np.arange(16, dtype=np.float32).reshape(4, 4) / 100)
+    tf_backend.disable()
+    ref = [np.asarray(t) for t in f(x, tf.constant(2))]
+    v.assign(np.ones((4, 4), np.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        f(x, tf.constant(3))
+    v.assign(np.ones((4, 4), np.float32))
+    functions.clear_cache()
+    import unittest.mock as mock
+    with tf_backend.enabled(), mock.patch.object(tfa, "execute_stock", spy):
+        with pytest.raises(tf.errors.InvalidArgumentError) as ei:
+            f(x, tf.constant(3))
+        assert "'Reshape'" in str(ei.value)
+        v.assign(np.ones((4, 4), np.float32))
+        got = [np.asarray(t) for t in f(x, tf.constant(2))]
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    prog = next(c.program for c in functions._cache.values() if "__inference_f" in c.name)
+    assert prog.driver.source.count("def _part") >= 3
+    # the frames TensorFlow would capture are ours: the caller (this test) is beyond them
+    assert "test_long_program_driver_in_parts_error_late_and_shallow_tensorflow_stack" \
+        not in depth["names"] and "_pad" in depth["names"], depth
+
+
 def test_jit_compile_functions_are_left_to_xla(tf):
     @tf.function(jit_compile=True)
     def f(x):

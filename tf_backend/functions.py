@@ -158,7 +158,7 @@ def on_call(atomic_fn, args):
                            f"TensorFlow: {'; '.join(c.strict_violations[:10])}", 12)
     t0 = trace.now() if trace.ON else 0.0
     try:
-        outs = executor.run(_program_for(c, args), args)
+        outs = tfa.call_below_capture(executor.run, _program_for(c, args), args)
     except executor._Raise as e:
         raise _to_tf_error(e.failed, name) from None
     finally:
