@@ -114,14 +114,39 @@ def window(in_hw, k_hw, attrs, data_format, dilations=True, eigen=False):
     return g
 
 
-def _rank4(spec, what, op):
+def _rank4(spec, what, op, words=None):
     if spec.shape is not None and len(spec.shape) != 4:
-        raise InvalidArgumentError(f"{op}: {what} must be 4-dimensional: {fmt_shape(spec.shape)}")
+        raise InvalidArgumentError(
+            f"{words or op + ': ' + what} must be 4-dimensional: {fmt_shape(spec.shape)}")
+
+
+# the names TensorFlow's reference kernels give themselves in their error messages
+_EIGEN_LABEL = {"Conv2DBackpropInput": "Conv2DCustomBackpropInput",
+                "Conv2DBackpropFilter": "Conv2DCustomBackpropFilter"}
+
+
+def reference_kernel(op, dtype, attrs):
+    """Whether stock runs TensorFlow's reference kernel (not oneDNN's) for this op: float64,
+    float32 without oneDNN (host.onednn_runs: an AVX2-only CPU), backprops with explicit
+    padding."""
+    return (dtype is None or not onednn_runs(dtype)
+            or (op != "Conv2D" and attrs.get("padding") == "EXPLICIT"))
+
+
+def label(op, dtype, attrs):
+    """The op's name as stock's error messages give it (its reference kernel's own name)."""
+    return _EIGEN_LABEL.get(op, op) if reference_kernel(op, dtype, attrs) else op
 
 
 def conv_geometry(x_nhwc, f_shape, attrs, op="Conv2D", dtype=None):
     """Checks a Conv2D-like op and returns (Window, out_channels, groups); groups may be None."""
     fmt = attrs.get("data_format", "NHWC")
+    if op == "Conv2D":
+        s = attrs.get("strides")
+        if s is not None and len(s) == 4:
+            n, h, w, c = nhwc_axes(fmt)
+            if s[n] == 1 and s[c] == 1 and (s[h] <= 0 or s[w] <= 0):
+                raise InvalidArgumentError("Row and column strides should be larger than 0.")
     if f_shape is not None:
         if op == "Conv2D" and any(d == 0 for d in f_shape):
             if f_shape[2] == 0 or onednn_runs(dtype):   # else TF's reference kernel (float64)
@@ -137,7 +162,8 @@ def conv_geometry(x_nhwc, f_shape, attrs, op="Conv2D", dtype=None):
     if c is not None and fin:
         if c % fin:
             raise InvalidArgumentError(
-                f"{op}: input depth must be evenly divisible by filter depth: {c} vs {fin}")
+                f"{label(op, dtype, attrs)}: input depth must be evenly divisible by filter "
+                f"depth: {c} vs {fin}")
         groups = c // fin
         if groups != 1 and cout is not None and cout % groups:
             raise InvalidArgumentError(
@@ -152,7 +178,7 @@ def conv_geometry(x_nhwc, f_shape, attrs, op="Conv2D", dtype=None):
 def conv2d(inputs, attrs):
     x, f = inputs[0], inputs[1]
     _rank4(x, "input", "Conv2D")
-    _rank4(f, "filter", "Conv2D")
+    _rank4(f, "filter", "Conv2D", "convolution filter")
     fmt = attrs.get("data_format", "NHWC")
     xs = to_nhwc(x.shape, fmt)
     g, cout, _ = conv_geometry(xs, f.shape, attrs, "Conv2D", x.dtype)
@@ -174,7 +200,7 @@ def sizes_value(spec, what, op):
 def conv2d_backprop_input(inputs, attrs):
     sizes, f, dy = inputs
     op = "Conv2DBackpropInput"
-    _rank4(f, "filter", op)
+    _rank4(f, "filter", op, f"{label(op, dy.dtype, attrs)}: filter")
     _rank4(dy, "out_backprop", op)
     fmt = attrs.get("data_format", "NHWC")
     v = sizes_value(sizes, "input_sizes", op)
@@ -204,7 +230,8 @@ def conv2d_backprop_filter(inputs, attrs):
     if v is None:
         return [Spec((None,) * 4, x.dtype)]
     if len(v) != 4:
-        raise InvalidArgumentError(f"filter must be 4-dimensional: {fmt_shape(v)}")
+        raise InvalidArgumentError(
+            f"{label(op, x.dtype, attrs)}: filter must be 4-dimensional: {fmt_shape(v)}")
     return [Spec(tuple(v), x.dtype)]
 
 

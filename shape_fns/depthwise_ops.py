@@ -9,6 +9,7 @@ the op to TensorFlow.
 import numpy as np
 
 from .host import onednn_runs
+from .common import int_list
 from .conv_ops import from_nhwc, nhwc_axes, output_size, sizes_value, to_nhwc
 from .errors import InvalidArgumentError, UnimplementedError, Unsupported
 from .registry import shape_fn
@@ -35,6 +36,15 @@ def eigen(dtype, attrs, op):
             or (op != FORWARD and attrs.get("padding") == "EXPLICIT"))
 
 
+# the names TensorFlow's reference (Eigen) kernels give themselves in their error messages
+_EIGEN_LABEL = {"DepthwiseConv2dNativeBackpropInput": "DepthwiseConv2DBackpropInput",
+                "DepthwiseConv2dNativeBackpropFilter": "DepthwiseConv2DBackpropFilter"}
+
+
+def label(op, eg):
+    return _EIGEN_LABEL.get(op, op) if eg else op
+
+
 def _hw_attr(attrs, name, fmt, eg, op):
     v = attrs.get(name)
     if v is None:
@@ -59,8 +69,9 @@ def _hw_attr(attrs, name, fmt, eg, op):
         if op != "DepthwiseConv2dNative" and v != [1, 1, 1, 1]:
             raise Unsupported("attr:dilations")   # stock backprops ignore dilations
         if eg and v != [1, 1, 1, 1]:
-            raise UnimplementedError(
-                f"Current kernel implementation does not support dilations, received {v}")
+            raise UnimplementedError(   # stock prints the attr as a vector: [2 1 1 1]
+                "Current kernel implementation does not support dilations, received "
+                f"[{' '.join(map(str, v))}]")
         if v[n] != 1 or v[c] != 1:
             raise InvalidArgumentError(
                 "Current implementation does not yet support dilations in the batch and depth "
@@ -110,7 +121,11 @@ def check_depth(c, fin, eg, op):
     if c is None or fin is None or c == fin:
         return
     if eg:
-        raise InvalidArgumentError(f"{op}: input and filter must have the same depth: {c} vs {fin}")
+        if op == FORWARD:
+            raise InvalidArgumentError(
+                f"{op}: input and filter must have the same depth: {c} vs {fin}")
+        raise InvalidArgumentError(
+            f"{label(op, eg)}: input and filter must have the same in_depth: {c} vs {fin}")
     if fin == 0 or c % fin:
         raise InvalidArgumentError(
             f"{op}: input depth must be evenly divisible by filter depth: {c} vs {fin}")
@@ -181,16 +196,20 @@ def expect_out_backprop(dy_shape, want, eg, op):
         names = ("batch", "rows", "columns", "depth")
         i = next(i for i in range(4) if dy_shape[i] != want[i])
         raise InvalidArgumentError(
-            f"{op}: Number of {names[i]} of out_backprop doesn't match computed: "
+            f"{label(op, eg)}: Number of {names[i]} of out_backprop doesn't match computed: "
             f"actual = {dy_shape[i]}, computed = {want[i]}")
 
 
 def _sizes4(spec, eg, what, op):
+    v = int_list(spec) if spec.shape is not None and len(spec.shape) == 1 else None
+    if v is not None and eg and len(v) == 4 and min(v) < 0:
+        i = next(i for i, d in enumerate(v) if d < 0)
+        raise InvalidArgumentError(f"Dimension {i} of {what} must be >= 0")
     v = sizes_value(spec, what, op)
     if v is not None and len(v) != 4:
         if not eg:
             raise Unsupported(f"{what}_len{len(v)}")
-        raise InvalidArgumentError(f"{op}: {what[:-6]} must be 4-dimensional")
+        raise InvalidArgumentError(f"{label(op, eg)}: {what[:-6]} must be 4-dimensional")
     return v
 
 
@@ -198,10 +217,13 @@ def _sizes4(spec, eg, what, op):
 def depthwise_backprop_input(inputs, attrs):
     sizes, f, dy = inputs
     op = "DepthwiseConv2dNativeBackpropInput"
-    _rank4(f, "filter", op)
-    _rank4(dy, "out_backprop", op)
     dtype = dy.dtype
     eg = eigen(dtype, attrs, op)
+    if eg and f.shape is not None and len(f.shape) != 4:
+        raise InvalidArgumentError(f"{label(op, eg)}: filter must be 4-dimensional: "
+                                   f"{fmt_shape(f.shape)}")
+    _rank4(f, "filter", op)
+    _rank4(dy, "out_backprop", op)
     fmt = check_format(attrs, eg)
     v = _sizes4(sizes, eg, "input_sizes", op)
     if v is None:
@@ -232,7 +254,7 @@ def depthwise_backprop_filter(inputs, attrs):
     if v is None:
         return [Spec((None,) * 4, dtype)]
     if len(v) != 4:
-        raise InvalidArgumentError(f"filter must be 4-dimensional: {fmt_shape(v)}")
+        raise InvalidArgumentError(f"{label(op, eg)}: filter must be 4-dimensional: {fmt_shape(v)}")
     xs = to_nhwc(x.shape, fmt)
     check_depth(xs[3] if xs else None, v[2], eg, op)
     g = geometry((None, None) if xs is None else xs[1:3], v[:2], attrs, fmt, eg, op)

@@ -59,9 +59,10 @@ def _error_params():
             yield pytest.param(c, np.dtype(dt), id=f"{c.name}-{dt}", marks=marks)
 
 
-# ops whose error messages carry stock's own words, our details after them (issue 17; the
-# other ops with error cases still word theirs differently)
-STOCK_WORDS = set("""Add AddN AddV2 All Any ArgMax ArgMin Atan2 BatchMatMulV2 BatchMatMulV3 BiasAdd BiasAddGrad
+# ops whose error messages carry stock's own words, our details after them (issue 17): every
+# op with error cases is here or in STOCK_WORDS_GENERIC
+STOCK_WORDS = set("""Add AddN AddV2 All Any ArgMax ArgMin Atan2 BatchMatMulV2 BatchMatMulV3 BatchToSpaceND
+BiasAdd BiasAddGrad DepthToSpace InTopKV2 MatrixBandPart SpaceToBatchND SpaceToDepth
 BitwiseAnd BitwiseOr BitwiseXor BroadcastGradientArgs BroadcastTo ClipByValue ConcatOffset ConcatV2 Cumprod
 Cumsum Div DivNoNan Einsum EluGrad Equal ExpandDims Fill FloorDiv FloorMod GatherV2 MirrorPad MirrorPadGrad Range
 Slice Split SplitV StridedSlice FusedBatchNormGradV3 FusedBatchNormV2 FusedBatchNormV3 GatherNd
@@ -77,7 +78,15 @@ UnsortedSegmentSum Where Xdivy Xlog1py Xlogy""".split())
 
 # ops whose error words are stock's where oneDNN does not run the dtype (TensorFlow's generic
 # kernels, host.onednn_runs); oneDNN's own kernels word some errors differently, unchecked yet
-STOCK_WORDS_GENERIC = {"MatMul", "BatchMatMul", "Conv3D", "MaxPool", "AvgPool"}
+STOCK_WORDS_GENERIC = {"MatMul", "BatchMatMul", "Conv3D", "MaxPool", "AvgPool", "AvgPoolGrad",
+                       "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
+                       "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
+                       "DepthwiseConv2dNativeBackpropFilter"}
+
+
+def test_every_op_with_error_cases_checks_stock_words():
+    ops = {p.values[0].op for p in _error_params()}
+    assert ops - STOCK_WORDS - STOCK_WORDS_GENERIC == set()
 
 
 @pytest.mark.parametrize("case,dtype", list(_error_params()))

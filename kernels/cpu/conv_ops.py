@@ -14,7 +14,7 @@ from kernels.cpu import gemm, jit, winograd
 from kernels.cpu.scratch import scratch
 from shape_fns.host import onednn_runs
 from shape_fns import InvalidArgumentError, UnimplementedError, Unsupported
-from shape_fns.conv_ops import conv_geometry, nhwc_axes, to_nhwc
+from shape_fns.conv_ops import conv_geometry, label, nhwc_axes, reference_kernel, to_nhwc
 
 FLOATS = (np.float32, np.float64)
 PARALLEL_MIN = 1 << 17        # elements of the im2col buffer; below this one thread is faster
@@ -259,14 +259,13 @@ def _geometry(x_shape, f_shape, attrs, op, dtype):
         raise Unsupported("grouped_conv")
     # stock runs float64, float32 without oneDNN (host.onednn_runs: an AVX2-only CPU), and
     # float32 backprops with explicit padding, on TF's reference kernels
-    if (dtype == np.float64 or not onednn_runs(dtype)
-            or (op != "Conv2D" and attrs.get("padding") == "EXPLICIT")):
+    if dtype == np.float64 or reference_kernel(op, dtype, attrs):
         if fmt == "NCHW":
             if op == "Conv2D":
                 raise UnimplementedError(
                     "The Conv2D op currently only supports the NHWC tensor format on the CPU. "
                     "The op was given the format: NCHW")
-            raise InvalidArgumentError(f"{op} only supports NHWC.")
+            raise InvalidArgumentError(f"{label(op, dtype, attrs)}Op only supports NHWC.")
         if op != "Conv2D" and (g.dh > 1 or g.dw > 1):
             raise InvalidArgumentError(
                 "Current CPU implementations do not yet support dilation rates larger than 1.")
