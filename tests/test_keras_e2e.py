@@ -48,3 +48,46 @@ def test_keras_model_matches_stock(name, tf):
         s = stats.get(op, {})
         assert s.get("backend", 0) > 0, f"{op} not on our kernels: {s}"
         assert s.get("fallback", 0) == 0, f"{op} fell back: {s}"
+
+
+def test_dropout_masks_in_fit_with_seeds_set_are_stock(tf):
+    """Keras fit (compiled train function) through Dropout with seeds set: the masks, hence
+    the losses and weights, are stock's. Also a stateful random op inside the model (a layer
+    drawing tf.random.uniform with an op seed, also called eagerly by the user): its draws in the
+    function are stock's, not a continuation of the eager op's sequence."""
+    import keras
+
+    class Noise(keras.layers.Layer):
+        def call(self, x, training=None):
+            return x + 0.1 * tf.random.uniform(tf.shape(x), seed=11) if training else x
+
+    def run():
+        keras.utils.set_random_seed(3)
+        tf.random.set_seed(3)
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((96, 20)).astype(np.float32)
+        y = rng.integers(0, 4, 96)
+        m = keras.Sequential([keras.Input((20,)), keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dropout(0.5), Noise(), keras.layers.Dense(4)])
+        m.compile(keras.optimizers.SGD(0.1),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        eager = tf.random.uniform([32, 32], seed=11)   # the same op and seeds, eagerly
+        h = m.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0)
+        return h.history["loss"], [np.asarray(w) for w in m.weights] + [np.asarray(eager)]
+
+    tf_backend.disable()
+    ref = run()
+    tf_backend.enable()
+    tf_backend.reset_stats()
+    try:
+        got = run()
+        stats = tf_backend.stats()
+    finally:
+        tf_backend.disable()
+    # a different mask would move the loss by far more than summation order does
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-5)
+    for a, b in zip(got[1], ref[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    fns = stats["functions"]
+    assert any(f["calls"] and not f["fallback_calls"] for f in fns.values()), fns
+    assert stats["ops"]["MatMul"]["backend"] > 0
