@@ -166,14 +166,13 @@ def test_background_compile_interprets_until_ready(tf, monkeypatch):
     stock = f(x).numpy()
     functions.clear_cache()
     import threading
-    import time
     with tf_backend.enabled():
         tf_backend.reset_stats()
         first = f(x).numpy()          # interpreted while numba compiles in the background
-        deadline = time.time() + 120
-        while any(t.name == "tf_backend-loop-compile" for t in threading.enumerate()):
-            assert time.time() < deadline
-            time.sleep(0.05)
+        assert executor.compiles_pending() <= 1   # 0: loaded from the disk cache already
+        waited = tf_backend.wait_for_compiles(120)
+        assert executor.compiles_pending() == 0 and waited < 120
+        assert not any(t.name == "tf_backend-loop-compile" for t in threading.enumerate())
         later = f(x).numpy()          # the compiled function
         loops = tf_backend.stats()["loops"]
     np.testing.assert_allclose(first, stock, rtol=1e-6)

@@ -43,6 +43,14 @@ def reset_stats():
     ledger.reset()
 
 
+def wait_for_compiles(timeout=600.0):
+    """Wait for the loops and regions being compiled in the background (a child process compiles
+    each new one while the interpreter runs it) to be ready; returns the seconds waited. For
+    timing steady state: call the function once, wait, then time it."""
+    from . import executor
+    return executor.wait_compiles(timeout)
+
+
 def clear_caches():
     """Drop what the backend keeps between calls: compiled tf.function programs (and the
     weight-derived values they memoise), weight forms kept for inference (Winograd transforms,
