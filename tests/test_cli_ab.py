@@ -159,6 +159,47 @@ def test_bench_only_one_tiny_workload(tf, tmp_path, capsys):
     assert "small-op" in text
 
 
+def test_bench_training_script_and_mixed_precision_workloads(tf, tmp_path, capsys):
+    """Issue 16's workloads: the Keras training script's step and the mixed_bfloat16 CNN
+    (train step, predict) run on both sides; the predict's outputs are checked at bfloat16's
+    tolerance, and ours run its products on our kernels."""
+    out_json = tmp_path / "b.json"
+    rc = cli.main(["bench", "--only", "cnn-train-step,bf16-train-step,bf16-predict",
+                   "--repeats", "2", "--warmup", "1", "--quick",
+                   "--arms", "stock_function,ours_function", "--json", str(out_json), "-q"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    with open(out_json) as f:
+        doc = schema.validate_bench(json.load(f))
+    got = {w["name"]: w for w in doc["workloads"]}
+    assert set(got) == {"cnn-train-step", "bf16-train-step", "bf16-predict"}
+    for w in got.values():
+        assert all(r["status"] == "ok" for r in w["runs"]), w["runs"]
+    (row,) = [r for r in got["bf16-predict"]["numerics"] if r["arm"] == "ours_function"]
+    assert row["verdict"] == "ok" and row["compute_dtype"] == "bfloat16", row
+    ops = got["bf16-predict"]["coverage"]["ours_function"]["ops"]
+    assert ops["Conv2D"]["backend"] > 0 and ops["MatMul"]["backend"] > 0, ops
+    assert got["cnn-train-step"]["coverage"]["ours_function"]["ops"][
+        "Conv2DBackpropFilter"]["backend"] > 0
+
+
+def test_outputs_of_a_narrower_compute_dtype_compared_at_its_tolerance():
+    from tf_backend.ab import compare
+
+    class Arm:
+        def __init__(self, out):
+            self.outputs = [np.asarray(out, np.float32)]
+
+    ref = np.linspace(0.1, 1.0, 50)
+    for scale, narrow_ok in ((1.005, True), (1.2, False)):
+        arms = {"stock_function": Arm(ref), "ours_function": Arm(ref * scale)}
+        plain = [r for r in compare.output_rows(arms) if r["arm"] == "ours_function"]
+        narrow = [r for r in compare.output_rows(arms, compute_dtype="bfloat16")
+                  if r["arm"] == "ours_function"]
+        assert plain[0]["verdict"] == "mismatch"
+        assert (narrow[0]["verdict"] == "ok") == narrow_ok, narrow
+
+
 def test_usage_errors(capsys):
     for argv in (["ab"] + FAST, ["ab", "--model", "small_mlp", "--callable", "m:f"]):
         with pytest.raises(SystemExit) as e:

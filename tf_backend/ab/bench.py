@@ -137,6 +137,64 @@ def _train_step(tf, keras, np, rng):
     return step, [_t(tf, np, rng, 64, 784), y]
 
 
+def _mnist_cnn(keras):
+    """Issue 16's training script's model: Conv2D(32)-MaxPool-Conv2D(64)-MaxPool-Dropout-Dense."""
+    keras.utils.set_random_seed(0)
+    L = keras.layers
+    return keras.Sequential([keras.Input((28, 28, 1)), L.Conv2D(32, 3, activation="relu"),
+                             L.MaxPooling2D(), L.Conv2D(64, 3, activation="relu"),
+                             L.MaxPooling2D(), L.Flatten(), L.Dropout(0.5),
+                             L.Dense(10, activation="softmax")])
+
+
+@workload("cnn-train-step", "the Keras training script's step: MNIST-shaped CNN (Conv2D 32, "
+          "Conv2D 64, pools, dropout, dense), tape + Adam, batch 128", inner=1)
+def _cnn_train_step(tf, keras, np, rng):
+    step = _training_step(tf, _mnist_cnn(keras), keras.optimizers.Adam(1e-3),
+                          keras.losses.SparseCategoricalCrossentropy())
+    x = tf.constant(rng.random((128, 28, 28, 1)).astype(np.float32))
+    y = tf.constant(rng.integers(0, 10, 128).astype(np.int32))
+    return step, [x, y]
+
+
+def _mixed_bf16_cnn(keras):
+    """Issue 16's mixed-precision model: a small CNN on 32x32x3 built under the
+    "mixed_bfloat16" policy (bfloat16 compute, float32 variables); the policy is restored after."""
+    before = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        keras.utils.set_random_seed(0)
+        L = keras.layers
+        return keras.Sequential([
+            keras.Input((32, 32, 3)), L.Conv2D(32, 3, padding="same", activation="relu"),
+            L.MaxPooling2D(), L.Conv2D(64, 3, padding="same", activation="relu"),
+            L.MaxPooling2D(), L.Flatten(), L.Dense(128, activation="relu"),
+            L.Dense(10), L.Activation("softmax", dtype="float32")])
+    finally:
+        keras.mixed_precision.set_global_policy(before)
+
+
+@workload("bf16-train-step", "Keras mixed_bfloat16 small CNN on 32x32x3: training step "
+          "(tape + Adam), batch 64", inner=1)
+def _bf16_train_step(tf, keras, np, rng):
+    step = _training_step(tf, _mixed_bf16_cnn(keras), keras.optimizers.Adam(1e-3),
+                          keras.losses.SparseCategoricalCrossentropy())
+    x = tf.constant(rng.random((64, 32, 32, 3)).astype(np.float32))
+    y = tf.constant(rng.integers(0, 10, 64).astype(np.int32))
+    return step, [x, y]
+
+
+@workload("bf16-predict", "the same mixed_bfloat16 CNN, forward, batch 256", inner=2)
+def _bf16_predict(tf, keras, np, rng):
+    model = _mixed_bf16_cnn(keras)
+
+    def predict(x):
+        return model(x, training=False)
+
+    predict.compute_dtype = "bfloat16"   # outputs compared at bfloat16's tolerance
+    return predict, [tf.constant(rng.random((256, 32, 32, 3)).astype(np.float32))]
+
+
 def _text_classifier(keras):
     """The recurrent text classifier of issue 15: Embedding -> LSTM -> GRU -> Dense."""
     model = keras.Sequential([keras.Input((40,), dtype="int32"), keras.layers.Embedding(2000, 64),
@@ -183,7 +241,8 @@ def run_workload(tf, keras, np, name, args, progress):
     opts = inprocess.Options(repeats=args.repeats, warmup=args.warmup,
                              rewarm=0 if args.quick else 1, arms=args.arm_names, op_time_calls=0,
                              budget_s=args.budget, inner=quick_inner if args.quick else inner,
-                             min_rounds=2 if args.quick else 3)
+                             min_rounds=2 if args.quick else 3,
+                             compute_dtype=getattr(fn, "compute_dtype", None))
     arms_mod.use_side("stock")
     entry.update(inprocess.compare_arms(tf, fn, inputs, opts, progress))
     entry.pop("top_ops", None)

@@ -28,7 +28,16 @@ def max_ulp(ours, ref):
     return float(np.max(d / ulp))
 
 
-def output_rows(arms_by_name, reduction_len=4096):
+def output_rows(arms_by_name, reduction_len=4096, compute_dtype=None):
+    """Each checked arm's outputs against its reference under the numerics contract: the
+    outputs' dtype's tolerance, or `compute_dtype`'s where the model computes in a narrower one
+    (mixed precision: bfloat16 layers under a float32 softmax)."""
+    tol = {}
+    if compute_dtype is not None:
+        import ml_dtypes   # noqa: F401 - numpy learns "bfloat16"
+        # a few of its ulps on each output (its rounding, not a sum's length, sets the gap:
+        # the reduction bound at 4096 terms would be 400% in bfloat16)
+        tol = dict(zip(("rtol", "atol"), numerics.tolerance(compute_dtype, "elementwise")))
     rows = []
     for arm, ref, role in CHECKS:
         a, r = arms_by_name.get(arm), arms_by_name.get(ref)
@@ -40,12 +49,12 @@ def output_rows(arms_by_name, reduction_len=4096):
                          "detail": f"{len(a.outputs)} outputs vs {len(r.outputs)}"})
             continue
         for i, (o, f) in enumerate(zip(a.outputs, r.outputs)):
-            detail = numerics.compare(o, f, "reduction", reduction_len)
+            detail = numerics.compare(o, f, "reduction", reduction_len, **tol)
             numeric = o.dtype.kind in "fciub" and o.shape == f.shape
             abs_err, rel_err = numerics.max_errors(o, f) if numeric else (None, None)
             rows.append({"kind": "output", "arm": arm, "reference": ref, "role": role,
                          "output": i, "shape": list(f.shape), "dtype": f.dtype.name,
                          "max_abs": abs_err, "max_rel": rel_err, "max_ulp": max_ulp(o, f),
-                         "reduction_len": reduction_len,
+                         "reduction_len": reduction_len, "compute_dtype": compute_dtype,
                          "verdict": "ok" if detail is None else "mismatch", "detail": detail})
     return rows

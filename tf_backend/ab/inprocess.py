@@ -7,8 +7,11 @@ from . import arms as arms_mod, compare, optimes, schema, timing
 
 class Options:
     def __init__(self, repeats=20, warmup=2, rewarm=1, arms=None, reduction_len=4096,
-                 op_time_calls=3, budget_s=None, inner=1, min_rounds=3):
+                 op_time_calls=3, budget_s=None, inner=1, min_rounds=3, compute_dtype=None):
         self.repeats, self.warmup, self.rewarm, self.arms = repeats, warmup, rewarm, arms
+        # a model computing in a narrower dtype than its outputs (Keras mixed precision): its
+        # outputs are compared at that dtype's tolerance
+        self.compute_dtype = compute_dtype
         self.reduction_len, self.op_time_calls = reduction_len, op_time_calls
         self.budget_s, self.inner, self.min_rounds = budget_s, inner, min_rounds
 
@@ -62,7 +65,8 @@ def compare_arms(tf, fn, inputs, opts, progress=None):
                         progress(f"per-op times failed: {timing.error_text(e)}")
     arms_mod.use_side("stock")
     return {"runs": run_entries(arms, samples), "ratios": timing.ratios(samples),
-            "numerics": compare.output_rows({a.name: a for a in arms}, opts.reduction_len),
+            "numerics": compare.output_rows({a.name: a for a in arms}, opts.reduction_len,
+                                            opts.compute_dtype),
             "coverage": coverage, "top_ops": top}
 
 
