@@ -248,3 +248,25 @@ def test_recurrent_layer_variants_train_like_stock_with_loops_compiled(tf, keras
     _close([o_p] + o_w, [s_p] + s_w, 1e-5)
     loops = {k: v for k, v in stats["loops"].items() if not k.startswith("region[")}
     assert loops and all(v["compiled"] for v in loops.values()), loops
+
+
+def test_cache_probe_holds_numbas_compiler_lock():
+    """loops.cached() loads from numba's cache in the background compile thread; loading
+    refreshes numba's target context (registry generators shared by all threads), so it must
+    hold numba's compiler lock as numba's own compile() does: unlocked, it raced the main
+    thread's first call of a fused loop ("ValueError: generator already executing")."""
+    from numba.core.compiler_lock import global_compiler_lock
+    from kernels.cpu import loops as cpu_loops
+
+    seen = []
+
+    class Cache:
+        def load_overload(self, sig, ctx):
+            seen.append(global_compiler_lock.is_locked())
+            return None
+
+    class Fn:
+        _cache, targetctx = Cache(), None
+
+    assert cpu_loops.cached(Fn(), ()) is False
+    assert seen == [True]

@@ -932,9 +932,17 @@ _child_locks = {"loop": __import__("threading").Lock(), "region": __import__("th
 
 
 def cached(fn, sig):
-    """Whether numba's disk cache holds `fn` for `sig` (then compile() only loads it)."""
+    """Whether numba's disk cache holds `fn` for `sig` (then compile() only loads it).
+
+    Under numba's compiler lock, as its own compile() loads: loading refreshes the target
+    context, which advances registry generators shared by every thread; unlocked, this
+    (in the background compile thread) raced the main thread's first call of a fused loop,
+    which failed the node with "ValueError: generator already executing" (seen once in the
+    background-compile test)."""
+    from numba.core.compiler_lock import global_compiler_lock
     try:
-        return fn._cache.load_overload(sig, fn.targetctx) is not None
+        with global_compiler_lock:
+            return fn._cache.load_overload(sig, fn.targetctx) is not None
     except Exception:  # noqa: BLE001 - numba internals moved: say no, a child compiles it
         return False
 
