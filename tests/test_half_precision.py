@@ -70,3 +70,29 @@ def test_half_chain_matches_stock_bit_for_bit(tf, dt):
     assert float(np.asarray(tf.cast(x0 * x0 - 1.0, tf.float32))) == 6 * 2 ** -m
     once = float(np.asarray(tf.cast(tf.cast(x0, tf.float32) ** 2 - 1.0, dt), np.float32))
     assert once != 6 * 2 ** -m
+
+
+@pytest.mark.parametrize("n", [1000, 3 << 18])   # one thread; blocks on numba's team
+def test_half_conversions_bit_exact_on_every_path(n):
+    """widen/narrow_into (the half kernels' boundary) against ml_dtypes' and numpy's own
+    conversions: the same bits for every non-NaN float32 (nearest even, overflow to inf,
+    subnormals kept), NaN stays NaN, widening exact; serial and blocked paths alike."""
+    import ml_dtypes
+    from kernels.cpu import half_bits
+    rng = np.random.default_rng(1)
+    u = rng.integers(0, 2 ** 32, size=n, dtype=np.uint64).astype(np.uint32)
+    u[:15] = [0, 0x80000000, 0x7F800000, 0xFF800000, 0x7F7FFFFF, 0xFF7FFFFF, 1, 0x807FFFFF,
+              0x7FC00000, 0x7F800001, 0xFFC00001, 0x3F808000, 0x3F818000, 0x3F80FFFF, 0x3F807FFF]
+    x = u.view(np.float32).reshape(-1, 8)
+    nan = np.isnan(x)
+    for dt in (ml_dtypes.bfloat16, np.float16):
+        out = np.empty(x.shape, dt)
+        half_bits.narrow_into(out, x)
+        with np.errstate(all="ignore"):
+            ref = x.astype(dt)
+        np.testing.assert_array_equal(out.view(np.uint16)[~nan], ref.view(np.uint16)[~nan])
+        assert np.isnan(out[nan].astype(np.float32)).all()
+        wide = half_bits.widen(out)
+        assert wide.shape == x.shape and wide.dtype == np.float32
+        ok = ~np.isnan(wide)
+        np.testing.assert_array_equal(wide[ok], out.astype(np.float32)[ok])

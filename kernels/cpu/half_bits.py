@@ -9,7 +9,8 @@ rounds the low 16 bits to nearest even (as Eigen's float_to_bfloat16_rtne), NaN 
 """
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+import numba
+from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from kernels.cpu.scalar import ftz
@@ -107,22 +108,63 @@ def _f2h_loop(x, out):
         out[i] = f2h(x[i])
 
 
+@njit(cache=True, nogil=True)
+def _bf2f_loop(b, out):
+    for i in range(out.size):
+        out[i] = bf2f(b[i])
+
+
+@njit(cache=True, nogil=True)
+def _f2bf_loop(x, out):
+    for i in range(out.size):
+        out[i] = f2bf(x[i])
+
+
+def _blocked(loop):
+    """The loop over blocks of a flat array on numba's team (conversions are memory-bound: one
+    pass, both cores, instead of numpy's two or three passes on one)."""
+    @njit(cache=True, nogil=True, parallel=True)
+    def run(src, dst, blocks):
+        n = dst.size
+        step = (n + blocks - 1) // blocks
+        for k in prange(blocks):
+            lo = k * step
+            hi = min(n, lo + step)
+            if lo < hi:
+                loop(src[lo:hi], dst[lo:hi])
+    return run
+
+
+_PAR = {f: _blocked(f) for f in (_h2f_loop, _f2h_loop, _bf2f_loop, _f2bf_loop)}
+PARALLEL_MIN = 1 << 18   # elements; below this one thread converts faster than two wake up
+
+
+def _convert(loop, src, dst):
+    """dst (flat) = loop's conversion of src (flat); the blocks depend on the size only."""
+    threads = numba.get_num_threads()
+    if dst.size >= PARALLEL_MIN and threads > 1:
+        _PAR[loop](src, dst, threads)
+    else:
+        loop(src, dst)
+
+
 def widen(a):
     """float16/bfloat16 array -> a new float32 array (exact). numpy's float16 conversions are
     software loops (measured per million: to float32 ~3.5 ms, from float32 ~35 ms); these
-    numba loops use F16C (~0.08 ms each)."""
-    if a.dtype == np.float16:
-        out = np.empty(a.shape, np.float32)
-        _h2f_loop(np.ascontiguousarray(a).view(np.uint16).reshape(-1), out.reshape(-1))
-        return out
-    return (np.ascontiguousarray(a).view(np.uint16).astype(np.uint32) << np.uint32(16)).view(
-        np.float32).reshape(a.shape)
+    numba loops use F16C (~0.08 ms each). bfloat16 is a shift of its bits (numpy's astype and
+    shift: 7.4 ms for 8.4M values on the AVX2 EPYC VM, one blocked pass ~2 ms)."""
+    out = np.empty(a.shape, np.float32)
+    loop = _h2f_loop if a.dtype == np.float16 else _bf2f_loop
+    _convert(loop, np.ascontiguousarray(a).view(np.uint16).reshape(-1), out.reshape(-1))
+    return out
 
 
 def narrow_into(out, f):
-    """Rounds the float32 array f into the float16/bfloat16 array out (nearest even)."""
-    if out.dtype == np.float16 and f.dtype == np.float32:
-        _f2h_loop(np.ascontiguousarray(f).reshape(-1), out.view(np.uint16).reshape(-1))
+    """Rounds the float32 array f into the float16/bfloat16 array out (nearest even; NaN stays
+    a quiet NaN, overflow gives inf)."""
+    if f.dtype == np.float32 and out.flags.c_contiguous:
+        loop = _f2h_loop if out.dtype == np.float16 else _f2bf_loop
+        _convert(loop, np.ascontiguousarray(f).reshape(-1), out.view(np.uint16).reshape(-1))
         return
     with np.errstate(all="ignore"):    # overflow to inf is the half type's answer
         np.copyto(out, f, casting="unsafe")
