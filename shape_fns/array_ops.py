@@ -9,7 +9,7 @@ import numpy as np
 from .common import unknown
 from .errors import InvalidArgumentError, Unsupported
 from .registry import shape_fn
-from .spec import Spec, fmt_shape
+from .spec import DTYPE_TO_ENUM, Spec, fmt_shape
 
 I32 = np.dtype(np.int32)
 
@@ -59,6 +59,29 @@ def _axis(axis, rank, op, what="axis"):
     if not -rank <= axis < rank:
         raise InvalidArgumentError(f"{op}: {what} = {axis} not in [{-rank}, {rank})")
     return axis + rank if axis < 0 else axis
+
+
+# --- Bitcast -------------------------------------------------------------------------------
+
+@shape_fn("Bitcast", value_free=True)
+def bitcast(inputs, attrs):
+    """The same bytes as another type: equal sizes keep the shape, a narrower type adds a last
+    dim of the size ratio, a wider one needs (and removes) that last dim."""
+    x = inputs[0]
+    if attrs.get("T") is None or attrs.get("type") is None:   # complex, quantized: TensorFlow's
+        raise Unsupported("dtype")
+    src, dst = np.dtype(attrs["T"]), np.dtype(attrs["type"])
+    a, b = src.itemsize, dst.itemsize
+    if x.shape is None:
+        return [Spec(None, dst)]
+    if a == b:
+        return [Spec(x.shape, dst)]
+    if a > b:
+        return [Spec(x.shape + (a // b,), dst)]
+    if not x.shape or x.shape[-1] not in (None, b // a):
+        raise InvalidArgumentError(f"Cannot bitcast from {DTYPE_TO_ENUM.get(src, src)} to "
+                                   f"{DTYPE_TO_ENUM.get(dst, dst)}")
+    return [Spec(x.shape[:-1], dst)]
 
 
 # --- reshape family ------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def _error_params():
 
 # ops whose error messages carry stock's own words, our details after them (issue 17): every
 # op with error cases is here or in STOCK_WORDS_GENERIC
-STOCK_WORDS = set("""Add AddN AddV2 All Any ArgMax ArgMin Atan2 BatchMatMulV2 BatchMatMulV3 BatchToSpaceND
+STOCK_WORDS = set("""Add AddN AddV2 All Any ArgMax ArgMin Atan2 BatchMatMulV2 BatchMatMulV3 BatchToSpaceND Bitcast
 BiasAdd BiasAddGrad DepthToSpace InTopKV2 MatrixBandPart SpaceToBatchND SpaceToDepth
 BitwiseAnd BitwiseOr BitwiseXor BroadcastGradientArgs BroadcastTo ClipByValue ConcatOffset ConcatV2 Cumprod
 Cumsum Div DivNoNan Einsum EluGrad Equal ExpandDims Fill FloorDiv FloorMod GatherV2 MirrorPad MirrorPadGrad Range

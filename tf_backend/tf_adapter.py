@@ -14,18 +14,8 @@ VERIFIED = ("2.21",)
 # a multi-worker context is set up (a full /job:localhost name is an unknown device there).
 CPU_DEVICE = "/device:CPU:0"
 
-# TF DataType enum <-> numpy dtype (only the dtypes our kernels may see).
-_ENUM_TO_NP = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16,
-               6: np.int8, 9: np.int64, 10: np.bool_, 17: np.uint16, 19: np.float16,
-               22: np.uint32, 23: np.uint64}
-ENUM_TO_DTYPE = {k: np.dtype(v) for k, v in _ENUM_TO_NP.items()}
-DTYPE_TO_ENUM = {v: k for k, v in ENUM_TO_DTYPE.items()}
-try:  # bfloat16 through ml_dtypes (a TensorFlow dependency)
-    import ml_dtypes
-    ENUM_TO_DTYPE[14] = np.dtype(ml_dtypes.bfloat16)
-    DTYPE_TO_ENUM[np.dtype(ml_dtypes.bfloat16)] = 14
-except ImportError:  # pragma: no cover
-    pass
+# TF DataType enum <-> numpy dtype (only the dtypes our kernels may see)
+from shape_fns.spec import DTYPE_TO_ENUM, ENUM_TO_DTYPE  # noqa: E402,F401
 
 _lock = threading.Lock()
 _installed = None     # (pywrap_tfe, orig_fast, orig_slow) while hooks are in place

@@ -20,6 +20,16 @@ def reshape(inputs, outputs, attrs):
     _copyto(out, inputs[0].reshape(out.shape))
 
 
+@kernel("Bitcast", dtypes=("float16", "bfloat16", "float32", "float64", "int8", "int16",
+                           "int32", "int64", "uint8", "uint16", "uint32", "uint64"))
+def bitcast(inputs, outputs, attrs):
+    """The input's bytes as the output's type (the shape fn sized the output)."""
+    out = outputs[0]
+    if out.size:
+        out.reshape(-1).view(np.uint8)[...] = \
+            np.ascontiguousarray(inputs[0]).reshape(-1).view(np.uint8)
+
+
 @kernel("Transpose")
 def transpose(inputs, outputs, attrs):
     x, out = inputs[0], outputs[0]

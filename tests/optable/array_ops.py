@@ -91,6 +91,26 @@ def _bcast_samples(dt, rng):
             (data(rng, (1,), dt), np.array([0], np.int64)), (data(rng, (1, 400), dt), [300, 400])]
 
 
+def _bitcast_samples(dt, rng):
+    """Every target of another size: narrower adds a last dim, wider takes it (its size)."""
+    dt = np.dtype(dt)
+    out = []
+    for t in (tf.uint8, tf.int16, tf.float16, tf.bfloat16, tf.int32, tf.float32, tf.uint32,
+              tf.int64, tf.float64):
+        size = t.size
+        if size <= dt.itemsize:
+            shapes = [(), (3,), (2, 3), (0, 4)]
+        else:
+            k = size // dt.itemsize
+            shapes = [(k,), (3, k), (0, k)]
+        for shape in shapes:
+            scalar = shape == () if size <= dt.itemsize else len(shape) == 1
+            if scalar and t == tf.bfloat16:   # TensorFlow cannot hand a 0-d bfloat16 to numpy
+                continue
+            out.append((data(rng, shape, dt), t))
+    return out
+
+
 CASES = [
     OpCase("Reshape", "Reshape", lambda x, s: tf.reshape(x, s),
            _shaped(lambda: [((2, 3, 4), [6, 4]), ((2, 3, 4), [-1]), ((), []), ((1,), []),
@@ -106,6 +126,11 @@ CASES = [
            _shaped(lambda: [((2, 3), -1), ((2, 3), 6), ((0, 3), 0), ((0, 3), -1), ((), 1)]),
            dtypes=ALL, kind="exact", grad=True, grad_ops=("Reshape", "Shape"), shape_check=False,
            errors=_errs(lambda: [((3, 4), 5), ((3, 4), -2), ((3, 4), 0)])),
+    OpCase("Bitcast", "Bitcast", lambda x, t: tf.bitcast(x, t), _bitcast_samples,
+           dtypes=("float32", "float64", "int32", "int64", "int16", "uint8"), kind="exact",
+           errors=lambda dt: [(data(np.random.default_rng(0), s, np.int16), t)
+                              for s, t in (((2, 3), tf.float32), ((), tf.int32),
+                                           ((4, 3), tf.int64))]),
     OpCase("Identity", "Identity", lambda x: R.Identity(input=x),
            _shaped(lambda: [(s,) for s in SHAPES]), dtypes=ALL, kind="exact", grad=True),
     OpCase("StopGradient", "StopGradient", lambda x: tf.stop_gradient(x),
