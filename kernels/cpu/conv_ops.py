@@ -257,13 +257,19 @@ def _tuple(v):
     return None if v is None else tuple(v)
 
 
+def geometry_key(x_shape, f_shape, attrs, op, dtype):
+    """What a convolution's checked geometry depends on (shapes, window attrs, dtype and
+    whether stock runs it on oneDNN)."""
+    return (tuple(x_shape), tuple(f_shape), op, dtype, onednn_runs(dtype),
+            attrs.get("data_format"), attrs.get("padding"), _tuple(attrs.get("strides")),
+            _tuple(attrs.get("dilations")), _tuple(attrs.get("explicit_paddings")))
+
+
 def _geometry(x_shape, f_shape, attrs, op, dtype):
     """(data format, input shape in NHWC, Window) of a convolution, checked as stock checks
     it. Kept per shapes, attrs and dtype: working it out again took ~15 us of a pointwise
     convolution's ~40 us (NASNet's 1x1 convolutions); errors are raised every time."""
-    key = (tuple(x_shape), tuple(f_shape), op, dtype, onednn_runs(dtype),
-           attrs.get("data_format"), attrs.get("padding"), _tuple(attrs.get("strides")),
-           _tuple(attrs.get("dilations")), _tuple(attrs.get("explicit_paddings")))
+    key = geometry_key(x_shape, f_shape, attrs, op, dtype)
     got = _GEOMETRY.get(key)
     if got is None:
         got = _geometry_checked(x_shape, f_shape, attrs, op, dtype)
