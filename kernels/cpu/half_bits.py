@@ -96,28 +96,16 @@ def ftz32(x):
     return ftz(np.float32(x))
 
 
-@njit(cache=True, nogil=True)
-def _h2f_loop(b, out):
-    for i in range(out.size):
-        out[i] = h2f(b[i])
+def _each(convert):
+    """dst[i] = convert(src[i]) over flat arrays (numba keys the cache by the converter too)."""
+    @njit(cache=True, nogil=True)
+    def loop(src, dst):
+        for i in range(dst.size):
+            dst[i] = convert(src[i])
+    return loop
 
 
-@njit(cache=True, nogil=True)
-def _f2h_loop(x, out):
-    for i in range(out.size):
-        out[i] = f2h(x[i])
-
-
-@njit(cache=True, nogil=True)
-def _bf2f_loop(b, out):
-    for i in range(out.size):
-        out[i] = bf2f(b[i])
-
-
-@njit(cache=True, nogil=True)
-def _f2bf_loop(x, out):
-    for i in range(out.size):
-        out[i] = f2bf(x[i])
+_h2f_loop, _f2h_loop, _bf2f_loop, _f2bf_loop = (_each(c) for c in (h2f, f2h, bf2f, f2bf))
 
 
 def _blocked(loop):
