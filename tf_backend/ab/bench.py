@@ -150,10 +150,15 @@ def _mnist_cnn(keras):
 @workload("cnn-train-step", "the Keras training script's step: MNIST-shaped CNN (Conv2D 32, "
           "Conv2D 64, pools, dropout, dense), tape + Adam, batch 128", inner=1)
 def _cnn_train_step(tf, keras, np, rng):
-    step = _training_step(tf, _mnist_cnn(keras), keras.optimizers.Adam(1e-3),
+    return _classifier_step(tf, keras, np, rng, _mnist_cnn(keras), (128, 28, 28, 1))
+
+
+def _classifier_step(tf, keras, np, rng, model, x_shape):
+    """A 10-class softmax classifier's training step (tape + Adam) on random images."""
+    step = _training_step(tf, model, keras.optimizers.Adam(1e-3),
                           keras.losses.SparseCategoricalCrossentropy())
-    x = tf.constant(rng.random((128, 28, 28, 1)).astype(np.float32))
-    y = tf.constant(rng.integers(0, 10, 128).astype(np.int32))
+    x = tf.constant(rng.random(x_shape).astype(np.float32))
+    y = tf.constant(rng.integers(0, 10, x_shape[0]).astype(np.int32))
     return step, [x, y]
 
 
@@ -177,11 +182,7 @@ def _mixed_bf16_cnn(keras):
 @workload("bf16-train-step", "Keras mixed_bfloat16 small CNN on 32x32x3: training step "
           "(tape + Adam), batch 64", inner=1)
 def _bf16_train_step(tf, keras, np, rng):
-    step = _training_step(tf, _mixed_bf16_cnn(keras), keras.optimizers.Adam(1e-3),
-                          keras.losses.SparseCategoricalCrossentropy())
-    x = tf.constant(rng.random((64, 32, 32, 3)).astype(np.float32))
-    y = tf.constant(rng.integers(0, 10, 64).astype(np.int32))
-    return step, [x, y]
+    return _classifier_step(tf, keras, np, rng, _mixed_bf16_cnn(keras), (64, 32, 32, 3))
 
 
 @workload("bf16-predict", "the same mixed_bfloat16 CNN, forward, batch 256", inner=2)
