@@ -877,8 +877,8 @@ def test_group_stock_runs_tensorflow_nodes_together_and_keeps_results(tf):
 
 def test_read_runs_one_call_per_run_in_a_program_that_writes(tf):
     """A training step's consecutive reads become one `reads` node per run; a read after an
-    assignment of the same variable stays after it and sees the new value; results, variables
-    and the ledger's read counts are stock's."""
+    update of the same variable is answered by the program (forward_writes); results,
+    variables and the ledger's read counts (one per TensorFlow read left) are stock's."""
     rng = np.random.default_rng(5)
     init = [rng.standard_normal(s).astype(np.float32) for s in ((8, 6), (6,), (6, 4), (4,))]
 
@@ -905,13 +905,17 @@ def test_read_runs_one_call_per_run_in_a_program_that_writes(tf):
     runs = [n for n in prog.nodes if n.kind == "reads"]
     assert runs and max(len(n.outputs) for n in runs) >= 4, prog.dump()
     assert any(note.startswith("read_runs") for note in prog.notes)
-    # the read of m after its assign_add still comes after it
+    # the read of m after its assign_add is answered by the program (forward_writes): an
+    # alias of m's first read plus the update, computed before the assignment
     index = {id(n): i for i, n in enumerate(prog.nodes)}
     add = next(n for n in prog.nodes if n.op == "AssignAddVariableOp")
-    m_slot = add.inputs[0]
+    forwarded = [n for n in prog.counted_nodes() if n.name.endswith("/forwarded")]
+    assert len(forwarded) == 1 and forwarded[0].op == "AddV2", prog.dump()
+    assert any(note.startswith("forward_writes") for note in prog.notes)
     later_reads = [n for n in prog.nodes if n.kind in ("reads", "stock")
-                   and n.op == "ReadVariableOp" and m_slot in n.inputs and index[id(n)] > index[id(add)]]
-    assert later_reads, prog.dump()
+                   and n.op == "ReadVariableOp" and add.inputs[0] in n.inputs
+                   and index[id(n)] > index[id(add)]]
+    assert not later_reads, prog.dump()
 
     sws, sm, sstep = make()
     stock = [float(tf.function(sstep)(x)) for _ in range(3)]
@@ -924,5 +928,57 @@ def test_read_runs_one_call_per_run_in_a_program_that_writes(tf):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
     # every read still counted, one per variable read, on TensorFlow
     reads = tf_backend.stats()["ops"]["ReadVariableOp"]
-    assert reads.get("fallback", 0) == 3 * sum(1 for n in _program(tf, step, x).nodes
-                                                if n.op == "ReadVariableOp"), reads
+    left = sum(len(n.outputs) if n.kind == "reads" else 1 for n in prog.nodes
+               if n.kind in ("reads", "stock") and n.op == "ReadVariableOp")
+    assert reads.get("fallback", 0) == 3 * left, reads
+
+
+def test_forward_writes_reads_after_updates_match_stock(tf):
+    """Reads after assign_add/assign_sub are answered by the program and equal stock's; a read
+    after assign(), or after another op on the handle (a gather), stays a TensorFlow read; an
+    update of the wrong shape still fails with TensorFlow's error."""
+    rng = np.random.default_rng(9)
+    init = rng.standard_normal((4, 3)).astype(np.float32)
+
+    def make():
+        v = tf.Variable(init)
+        n = tf.Variable(np.int64(5))
+
+        def step(x):
+            a = v.read_value()
+            v.assign_add(x)
+            b = v.read_value()                 # forwarded: a + x
+            v.assign_sub(0.5 * b)
+            c = v.read_value()                 # forwarded: b - 0.5 b
+            g = tf.gather(v, [2, 0])           # ResourceGather: the handle's value is forgotten
+            d = v.read_value()                 # a TensorFlow read again
+            v.assign(c * 3.0)
+            e = v.read_value()                 # after assign(): a TensorFlow read
+            n.assign_add(2)
+            return a, b, c, g, d, e, n.read_value()
+        return v, n, step
+
+    x = tf.constant(rng.standard_normal((4, 3)).astype(np.float32))
+    v, n, step = make()
+    prog = _program(tf, step, x)
+    passes.optimize(prog)
+    aliases = [m for m in prog.nodes if m.kind == "alias" and m.name.endswith("ReadVariableOp")]
+    assert any(note.startswith("forward_writes: 2 ") for note in prog.notes), prog.notes
+    sv, sn, sstep = make()
+    ref = [[np.asarray(t) for t in tf.function(sstep)(x)] for _ in range(2)]
+    functions.clear_cache()
+    with tf_backend.enabled():
+        got = [[np.asarray(t) for t in tf.function(step)(x)] for _ in range(2)]
+        def bad(y):
+            r = v.read_value()
+            v.assign_add(y)
+            return r + v.read_value()
+        sig = [tf.TensorSpec([None, None], tf.float32)]
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            tf.function(bad, input_signature=sig)(tf.ones((3, 4)))
+    for g, r in zip(got, ref):
+        for a, b in zip(g, r):
+            np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(v.numpy(), sv.numpy())
+    assert n.numpy() == sn.numpy() == 9
+    assert len(aliases) >= 2

@@ -5,18 +5,19 @@ TF_BACKEND_DISABLE_PASSES=fuse_elementwise,const_fold turns passes off (for A/B 
 import os
 
 from . import (batch_reads, canonicalize, compile_loops, compile_regions, const_fold, dce,
-               epilogue, fuse_elementwise, fuse_reduce, group_stock, identity, inplace,
-               loop_reads, memo, read_runs, schedule, shapes, tensor_lists)
+               epilogue, forward_writes, fuse_elementwise, fuse_reduce, group_stock, identity,
+               inplace, loop_reads, memo, read_runs, schedule, shapes, tensor_lists)
 
 PIPELINE = (tensor_lists, identity, canonicalize, shapes, const_fold, dce, batch_reads,
-            fuse_elementwise, fuse_reduce, epilogue, memo, group_stock, read_runs, compile_regions,
-            inplace, schedule)
+            fuse_elementwise, fuse_reduce, epilogue, memo, forward_writes, group_stock, read_runs,
+            compile_regions, inplace, schedule)
 # after the sub-programs are optimised (their reads batched, their aliases gone)
 POST_SUBS = (loop_reads, compile_loops)
 
 
 SHADOW_OFF = {"tensor_lists", "canonicalize", "fuse_elementwise", "fuse_reduce", "epilogue",
-              "inplace", "batch_reads", "read_runs", "memo", "compile_loops", "compile_regions"}
+              "inplace", "batch_reads", "read_runs", "forward_writes", "memo", "compile_loops",
+              "compile_regions"}
 
 
 def _disabled():
