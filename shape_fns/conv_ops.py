@@ -121,21 +121,24 @@ def _rank4(spec, what, op, words=None):
 
 
 # the names TensorFlow's reference kernels give themselves in their error messages
-_EIGEN_LABEL = {"Conv2DBackpropInput": "Conv2DCustomBackpropInput",
-                "Conv2DBackpropFilter": "Conv2DCustomBackpropFilter"}
+REFERENCE_NAMES = {"Conv2DBackpropInput": "Conv2DCustomBackpropInput",
+                   "Conv2DBackpropFilter": "Conv2DCustomBackpropFilter",
+                   "DepthwiseConv2dNativeBackpropInput": "DepthwiseConv2DBackpropInput",
+                   "DepthwiseConv2dNativeBackpropFilter": "DepthwiseConv2DBackpropFilter"}
+_FORWARD = ("Conv2D", "DepthwiseConv2dNative")
 
 
 def reference_kernel(op, dtype, attrs):
-    """Whether stock runs TensorFlow's reference kernel (not oneDNN's) for this op: float64,
-    float32 without oneDNN (host.onednn_runs: an AVX2-only CPU), backprops with explicit
-    padding."""
+    """Whether stock runs TensorFlow's reference (Eigen) kernel, not oneDNN's, for this
+    convolution: float64, float32 without oneDNN (host.onednn_runs: an AVX2-only CPU),
+    backprops with explicit padding."""
     return (dtype is None or not onednn_runs(dtype)
-            or (op != "Conv2D" and attrs.get("padding") == "EXPLICIT"))
+            or (op not in _FORWARD and attrs.get("padding") == "EXPLICIT"))
 
 
 def label(op, dtype, attrs):
     """The op's name as stock's error messages give it (its reference kernel's own name)."""
-    return _EIGEN_LABEL.get(op, op) if reference_kernel(op, dtype, attrs) else op
+    return REFERENCE_NAMES.get(op, op) if reference_kernel(op, dtype, attrs) else op
 
 
 def conv_geometry(x_nhwc, f_shape, attrs, op="Conv2D", dtype=None):

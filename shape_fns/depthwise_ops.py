@@ -8,9 +8,9 @@ the op to TensorFlow.
 """
 import numpy as np
 
-from .host import onednn_runs
 from .common import int_list
-from .conv_ops import from_nhwc, nhwc_axes, output_size, sizes_value, to_nhwc
+from .conv_ops import (REFERENCE_NAMES, from_nhwc, nhwc_axes, output_size, reference_kernel,
+                       sizes_value, to_nhwc)
 from .errors import InvalidArgumentError, UnimplementedError, Unsupported
 from .registry import shape_fn
 from .spec import Spec, fmt_shape
@@ -32,17 +32,12 @@ def eigen(dtype, attrs, op):
     """True where stock runs TF's Eigen kernels: float64, float32 where oneDNN is off
     (host.onednn_runs: an AVX2-only CPU), and backprops with explicit padding (float16 too,
     which we do not run); float32 runs on oneDNN otherwise."""
-    return (not onednn_runs(dtype)
-            or (op != FORWARD and attrs.get("padding") == "EXPLICIT"))
-
-
-# the names TensorFlow's reference (Eigen) kernels give themselves in their error messages
-_EIGEN_LABEL = {"DepthwiseConv2dNativeBackpropInput": "DepthwiseConv2DBackpropInput",
-                "DepthwiseConv2dNativeBackpropFilter": "DepthwiseConv2DBackpropFilter"}
+    return reference_kernel(op, dtype, attrs)
 
 
 def label(op, eg):
-    return _EIGEN_LABEL.get(op, op) if eg else op
+    """The op's name in stock's messages where its Eigen kernel (`eg`) runs it."""
+    return REFERENCE_NAMES.get(op, op) if eg else op
 
 
 def _hw_attr(attrs, name, fmt, eg, op):

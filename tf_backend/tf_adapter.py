@@ -8,14 +8,15 @@ import warnings
 
 import numpy as np
 
+# TF DataType enum <-> numpy dtype (only the dtypes our kernels may see)
+from shape_fns.spec import DTYPE_TO_ENUM, ENUM_TO_DTYPE  # noqa: F401
+
 VERIFIED = ("2.21",)
 # Our outputs live on this process's host CPU. A partial name: the context completes it with its
 # own job/replica/task, /job:localhost/... in one process, /job:worker/replica:0/task:N/... once
 # a multi-worker context is set up (a full /job:localhost name is an unknown device there).
 CPU_DEVICE = "/device:CPU:0"
 
-# TF DataType enum <-> numpy dtype (only the dtypes our kernels may see)
-from shape_fns.spec import DTYPE_TO_ENUM, ENUM_TO_DTYPE  # noqa: E402,F401
 
 _lock = threading.Lock()
 _installed = None     # (pywrap_tfe, orig_fast, orig_slow) while hooks are in place

@@ -250,14 +250,14 @@ def _expect_dy(dy_nhwc, want):
         raise Unsupported("out_backprop_shape_mismatch")
 
 
-_GEOMETRY = {}   # the checked geometry of shapes and attrs seen (programs call with the same)
+_GEOMETRY = {}   # checked geometry of the shapes and attrs seen (programs call with the same)
 
 
 def _tuple(v):
     return None if v is None else tuple(v)
 
 
-def geometry_key(x_shape, f_shape, attrs, op, dtype):
+def _geometry_key(x_shape, f_shape, attrs, op, dtype):
     """What a convolution's checked geometry depends on (shapes, window attrs, dtype and
     whether stock runs it on oneDNN)."""
     return (tuple(x_shape), tuple(f_shape), op, dtype, onednn_runs(dtype),
@@ -265,18 +265,23 @@ def geometry_key(x_shape, f_shape, attrs, op, dtype):
             _tuple(attrs.get("dilations")), _tuple(attrs.get("explicit_paddings")))
 
 
-def _geometry(x_shape, f_shape, attrs, op, dtype):
-    """(data format, input shape in NHWC, Window) of a convolution, checked as stock checks
-    it. Kept per shapes, attrs and dtype: working it out again took ~15 us of a pointwise
-    convolution's ~40 us (NASNet's 1x1 convolutions); errors are raised every time."""
-    key = geometry_key(x_shape, f_shape, attrs, op, dtype)
+def kept_geometry(x_shape, f_shape, attrs, op, dtype, check):
+    """check(x_shape, f_shape, attrs, op, dtype): a convolution's geometry, checked as stock
+    checks it, kept per shapes, attrs and dtype (working it out again took ~15 us of a pointwise
+    convolution's ~40 us: NASNet's 1x1 convolutions); errors are raised every time."""
+    key = _geometry_key(x_shape, f_shape, attrs, op, dtype)
     got = _GEOMETRY.get(key)
     if got is None:
-        got = _geometry_checked(x_shape, f_shape, attrs, op, dtype)
+        got = check(x_shape, f_shape, attrs, op, dtype)
         if len(_GEOMETRY) >= 4096:
             _GEOMETRY.clear()
         _GEOMETRY[key] = got
     return got
+
+
+def _geometry(x_shape, f_shape, attrs, op, dtype):
+    """(data format, input shape in NHWC, Window) of a convolution."""
+    return kept_geometry(x_shape, f_shape, attrs, op, dtype, _geometry_checked)
 
 
 def _geometry_checked(x_shape, f_shape, attrs, op, dtype):

@@ -17,7 +17,7 @@ from kernels.cpu import jit
 from shape_fns import Unsupported
 from shape_fns.depthwise_ops import check_format, eigen, forward_geometry, geometry
 
-from .conv_ops import geometry_key, nhwc_in, nhwc_out
+from .conv_ops import kept_geometry, nhwc_in, nhwc_out
 
 FLOATS = (np.float32, np.float64)
 PARALLEL_MIN = 1 << 16   # multiply-adds; below this one thread is faster
@@ -284,25 +284,16 @@ def _eigen_nonfinite(a, eg):
         raise Unsupported("nonfinite_eigen_padding")
 
 
-_GEOMETRY = {}   # forward_geometry of shapes and attrs seen (errors raised every call)
-
-
-def _forward_geometry(x, f, attrs):
-    key = geometry_key(x.shape, f.shape, attrs, "DepthwiseConv2dNative", x.dtype)
-    got = _GEOMETRY.get(key)
-    if got is None:
-        got = forward_geometry(x.shape, f.shape, attrs, x.dtype)
-        if len(_GEOMETRY) >= 4096:
-            _GEOMETRY.clear()
-        _GEOMETRY[key] = got
-    return got
+def _forward_checked(x_shape, f_shape, attrs, op, dtype):
+    return forward_geometry(x_shape, f_shape, attrs, dtype)
 
 
 @kernel("DepthwiseConv2dNative", dtypes=FLOATS)
 def depthwise_conv2d(inputs, outputs, attrs):
     x, f = inputs
     out = outputs[0]
-    fmt, _, g, _ = _forward_geometry(x, f, attrs)
+    fmt, _, g, _ = kept_geometry(x.shape, f.shape, attrs, "DepthwiseConv2dNative", x.dtype,
+                                 _forward_checked)
     if g.padded():
         _eigen_nonfinite(f, eigen(x.dtype, attrs, "DepthwiseConv2dNative"))
     if out.size == 0:

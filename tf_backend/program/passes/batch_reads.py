@@ -38,24 +38,46 @@ def run(prog):
              and _dtype_enum(n) is not None]
     if len(reads) < MIN_READS:
         return prog
-    batch = Node("batched_reads", "ReadVariableOp", "reads",
-                 [n.inputs[0] for n in reads], [n.outputs[0] for n in reads],
-                 raw_attrs=tuple(_dtype_enum(n) for n in reads), where=reads[0].where)
-    batch.reason = reads[0].reason
-    batch.stateful = True
+    batch = reads_node("batched_reads", reads)
     gone = {id(n) for n in reads}
     nodes = []
     for n in prog.nodes:
         if n is reads[0]:
             nodes.append(batch)
         if id(n) not in gone:
-            if any(id(c) in gone for c in n.ctrl):
-                n.ctrl = [c for c in n.ctrl if id(c) not in gone] + [batch]
             nodes.append(n)
+    redirect_ctrl(nodes, {i: batch for i in gone})
     prog.nodes = nodes
     prog.notes.append(f"batch_reads: {len(reads)} ReadVariableOps -> one TensorFlow call")
     _mark_variable_filters(prog, set(batch.outputs))
     return prog
+
+
+def reads_node(name, reads):
+    """One `reads` node for ReadVariableOp nodes (tf_adapter.read_variables runs it), with
+    their control edges from outside the group."""
+    members = {id(r) for r in reads}
+    batch = Node(name, "ReadVariableOp", "reads", [r.inputs[0] for r in reads],
+                 [r.outputs[0] for r in reads],
+                 ctrl=[c for r in reads for c in r.ctrl if id(c) not in members],
+                 raw_attrs=tuple(_dtype_enum(r) for r in reads), where=reads[0].where)
+    batch.reason = reads[0].reason
+    batch.stateful = True
+    return batch
+
+
+def redirect_ctrl(nodes, replaced):
+    """Control edges to a replaced node (id -> its replacement) point at the replacement,
+    each once."""
+    for n in nodes:
+        if n.ctrl and any(id(c) in replaced for c in n.ctrl):
+            seen, ctrl = set(), []
+            for c in n.ctrl:
+                c = replaced.get(id(c), c)
+                if id(c) not in seen:
+                    seen.add(id(c))
+                    ctrl.append(c)
+            n.ctrl = ctrl
 
 
 VARIABLE_FILTER_OPS = ("Conv2D", "MatMul", "BatchMatMulV2", "BatchMatMulV3")

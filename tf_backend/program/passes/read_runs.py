@@ -9,8 +9,7 @@ op): nothing runs between the reads of a run, so reading them together returns w
 them one by one would. Measured on the AVX2 EPYC VM: one eager read in a training step costs
 20-50 us.
 """
-from ..ir import Node
-from .batch_reads import _dtype_enum
+from .batch_reads import _dtype_enum, reads_node, redirect_ctrl
 
 
 def _read(n, inputs):
@@ -29,13 +28,7 @@ def run(prog):
         if len(run_) < 2:
             nodes.extend(run_)
         else:
-            members = {id(r) for r in run_}
-            batch = Node(f"{run_[0].name}+{len(run_) - 1}", "ReadVariableOp", "reads",
-                         [r.inputs[0] for r in run_], [r.outputs[0] for r in run_],
-                         ctrl=[c for r in run_ for c in r.ctrl if id(c) not in members],
-                         raw_attrs=tuple(_dtype_enum(r) for r in run_), where=run_[0].where)
-            batch.reason = run_[0].reason
-            batch.stateful = True
+            batch = reads_node(f"{run_[0].name}+{len(run_) - 1}", run_)
             for r in run_:
                 replaced[id(r)] = batch
             nodes.append(batch)
@@ -52,15 +45,7 @@ def run(prog):
     flush()
     if not merged:
         return prog
-    for n in nodes:   # control edges to a merged read now point at its run's node
-        if n.ctrl and any(id(c) in replaced for c in n.ctrl):
-            seen, ctrl = set(), []
-            for c in n.ctrl:
-                c = replaced.get(id(c), c)
-                if id(c) not in seen:
-                    seen.add(id(c))
-                    ctrl.append(c)
-            n.ctrl = ctrl
+    redirect_ctrl(nodes, replaced)   # control edges to a merged read: its run's node
     prog.nodes = nodes
     prog.notes.append(f"read_runs: {merged} ReadVariableOps in runs -> {calls} TensorFlow calls")
     return prog
