@@ -9,10 +9,12 @@ from . import _startup
 _startup.check_flag_reaches_startup()
 
 
-def enable(mode="on", force=False):
-    """Install the hooks; mode is "on" or "strict". Returns True when the backend is active."""
+def enable(mode="on", force=False, device=None):
+    """Install the hooks; mode is "on" or "strict". Returns True when the backend is active.
+    device: run tf.function programs on this device (a name from tf_backend.devices, or a
+    Device), their inputs copied in and outputs out at each call; None: the host CPU path."""
     from . import switch
-    return switch.enable(mode, force=force)
+    return switch.enable(mode, force=force, device=device)
 
 
 def disable():
@@ -20,10 +22,11 @@ def disable():
     switch.disable()
 
 
-def enabled(mode="on", force=False):
-    """Context manager: the backend in `mode` inside the block, the previous mode after."""
+def enabled(mode="on", force=False, device=None):
+    """Context manager: the backend in `mode` (tf.function programs on `device`) inside the
+    block, the previous mode and device after."""
     from . import switch
-    return switch.enabled(mode, force=force)
+    return switch.enabled(mode, force=force, device=device)
 
 
 def mode():

@@ -8,12 +8,10 @@ constants. Device passes (fusion, in-place reuse) run when the file is loaded
 import numpy as np
 
 from . import __version__
-from .program import lower
-from .program.passes import canonicalize, const_fold, dce, identity, shapes
+from .program import lower, passes
 from .runtime import format as fmt
 from .runtime.errors import ExportError
 
-EXPORT_PASSES = (identity, canonicalize, shapes, const_fold, dce)
 
 
 def export(fn_or_model, input_specs, path, name=None, weights_dtype=None):
@@ -36,7 +34,7 @@ def export(fn_or_model, input_specs, path, name=None, weights_dtype=None):
     except lower.Unlowerable as e:
         raise ExportError(f"cannot export {name}: {e.reason}") from None
     _freeze(tf, prog, cf, len(specs), name)
-    for p in EXPORT_PASSES:
+    for p in passes.PORTABLE:
         p.run(prog)
         prog.finalize()
     header, blobs = _serialize(prog, cf, tf)

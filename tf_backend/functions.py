@@ -9,8 +9,9 @@ import numpy as np
 
 from shape_fns import BackendError, Spec
 
-from . import dispatch, executor, ledger, trace, tf_adapter as tfa
+from . import dispatch, executor, ledger, on_device, trace, tf_adapter as tfa
 from .program import lower, passes
+from .runtime.program import NodeError
 
 _cache = {}
 _lock = threading.Lock()
@@ -18,7 +19,7 @@ _lock = threading.Lock()
 
 class Compiled:
     __slots__ = ("name", "program", "reason", "const_outputs", "strict_violations", "graph",
-                 "dynamic", "specialized")
+                 "dynamic", "specialized", "bound")
 
     def __init__(self, name, program=None, reason=None):
         self.name, self.program, self.reason = name, program, reason
@@ -27,18 +28,29 @@ class Compiled:
         self.graph = None
         self.dynamic = ()        # input positions whose static shape has unknown dims
         self.specialized = {}    # concrete shapes of those inputs -> Program
+        self.bound = None        # on a device (DEVICE): the program bound to it (on_device.py)
 
 
 MAX_SPECIALIZED = 8
 
+# The device tf.function programs run on (tf_backend.enable(device=...)); None: the host CPU
+# path (executor.py, generated drivers). Eager ops run on the host CPU path either way.
+DEVICE = None
 
-def compile_function(name, graph):
-    """Lower + optimise; returns Compiled (program or whole-function fallback reason)."""
+
+def compile_function(name, graph, device=None):
+    """Lower + optimise (for `device`, when given); returns Compiled (program or whole-function
+    fallback reason)."""
     t0 = time.perf_counter()
+    bound = None
     try:
-        prog = lower.lower(graph, name)
-        _dump(prog, "before")
-        passes.optimize(prog)
+        if device is not None:
+            bound = on_device.compile_program(graph, name, device)
+            prog = bound.program
+        else:
+            prog = lower.lower(graph, name)
+            _dump(prog, "before")
+            passes.optimize(prog)
         _dump(prog, "after")
     except lower.Unlowerable as e:
         ledger.function_compiled(name, None, e.reason, time.perf_counter() - t0)
@@ -50,7 +62,7 @@ def compile_function(name, graph):
         ledger.function_compiled(name, None, reason, time.perf_counter() - t0)
         return Compiled(name, reason=reason)
     c = Compiled(name, prog)
-    c.graph = graph
+    c.graph, c.bound = graph, bound
     c.const_outputs = {i for i, s in enumerate(prog.outputs) if s in prog.consts}
     c.strict_violations = _eligible_fallbacks(prog)
     c.dynamic = tuple(i for i, s in enumerate(prog.inputs)
@@ -129,7 +141,8 @@ def _dump(prog, stage):
         stage = f"specialized{len(os.listdir(d))}"
     with open(os.path.join(d, f"{prog.name}.{stage}.txt"), "w") as f:
         f.write(prog.dump() + "\n")
-    if stage != "before":   # the generated serial driver the executor runs (program/driver.py)
+    if stage != "before" and getattr(prog, "on_device", None) is None:
+        # the generated serial driver the executor runs (program/driver.py)
         with open(os.path.join(d, f"{prog.name}.{stage}.driver.py"), "w") as f:
             f.write((prog.driver or executor._driver(prog)).source)
 
@@ -140,13 +153,15 @@ def on_call(atomic_fn, args):
     name, graph = tfa.atomic_fn_info(atomic_fn)
     if name in tfa.ISOLATED_FUNCTIONS:   # a node's own TensorFlow function (execute_isolated)
         return None
-    key = (name, dispatch.mode == "shadow")   # shadow programs keep every op as its own node
+    device = DEVICE
+    # shadow programs keep every op as its own node; programs on a device are its own
+    key = (name, dispatch.mode == "shadow", device)
     c = _cache.get(key)
     if c is None:
         with _lock:
             c = _cache.get(key)
             if c is None:
-                c = _cache[key] = compile_function(name, graph)
+                c = _cache[key] = compile_function(name, graph, device)
     if c.program is None:
         ledger.function_called(name, fallback=True)
         if dispatch.mode == "strict":
@@ -156,6 +171,15 @@ def on_call(atomic_fn, args):
     if dispatch.mode == "strict" and c.strict_violations:
         raise tfa.tf_error(f"tf_backend strict mode: in function {name}, ops fell back to "
                            f"TensorFlow: {'; '.join(c.strict_violations[:10])}", 12)
+    if c.bound is not None:
+        try:
+            outs = tfa.call_below_capture(on_device.run, c.bound, args)
+        except NodeError as e:
+            ins = ", ".join(f"{getattr(a.dtype, 'name', a.dtype)}{list(a.shape)}"
+                            for a in e.args_ if hasattr(a, "shape"))
+            raise _to_tf_error(executor.Failed(e.exc, e.node, ins), name) from None
+        ledger.function_called(name, fallback=False)
+        return outs
     t0 = trace.now() if trace.ON else 0.0
     try:
         outs = tfa.call_below_capture(executor.run, _program_for(c, args), args)

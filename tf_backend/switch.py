@@ -11,12 +11,15 @@ _lock = threading.RLock()
 _report_registered = False
 
 
-def enable(mode="on", force=False):
-    """Turn the backend on (mode "on" or "strict"). Returns True when active."""
+def enable(mode="on", force=False, device=None):
+    """Turn the backend on (mode "on" or "strict"). Returns True when active. device: where
+    tf.function programs run (a name from tf_backend.devices or a Device); None: the host CPU
+    path."""
     mode = config.parse_mode(mode) if mode is not True else "on"
     if mode == "off":
         disable()
         return False
+    dev = _device(device)
     with _lock:
         version = tfa.tf_version()
         if not (tfa.is_verified(version) or force or config.env_force()):
@@ -26,6 +29,7 @@ def enable(mode="on", force=False):
         tfa.forget_devices()
         dispatch.check_input_devices = tfa.gpus_visible()
         dispatch.mode = mode
+        functions.DEVICE = dev
         executor.shadow_mode = mode == "shadow"
         path = os.environ.get("TF_BACKEND_TRACE")
         if path:
@@ -39,8 +43,22 @@ def enable(mode="on", force=False):
         return True
 
 
+def _device(device):
+    """The Device tf.function programs run on, loaded and able to run programs; None for the
+    host CPU path."""
+    if device is None:
+        return None
+    from . import devices
+    dev = devices.get(device) if isinstance(device, str) else devices.check(device, repr(device))
+    dev.load()
+    if not dev.capabilities.supports_programs:
+        raise devices.DeviceError(f"device {dev.name!r} does not run programs")
+    return dev
+
+
 def disable():
     with _lock:
+        functions.DEVICE = None
         dispatch.mode = "off"
         executor.shadow_mode = False
         tfa.uninstall()
@@ -52,11 +70,12 @@ def mode():
 
 
 @contextlib.contextmanager
-def enabled(mode="on", force=False):
-    """Run a block with the backend in `mode`, restoring the previous mode afterwards."""
+def enabled(mode="on", force=False, device=None):
+    """Run a block with the backend in `mode` (tf.function programs on `device`), restoring the
+    previous mode and device afterwards."""
     with _lock:
-        prev = globals()["mode"]()
-        enable(mode, force=force)
+        prev, prev_device = globals()["mode"](), functions.DEVICE
+        enable(mode, force=force, device=device)
     try:
         yield
     finally:
@@ -64,7 +83,7 @@ def enabled(mode="on", force=False):
             if prev == "off":
                 disable()
             else:
-                enable(prev, force=True)
+                enable(prev, force=True, device=prev_device)
 
 
 def _share_host():

@@ -39,16 +39,14 @@ def build(header, blobs, device, path="<program>"):
         prog.n_slots = int(header["n_slots"])
         for slot, dtype, shape in header["slot_specs"]:
             prog.slot_specs[slot] = _spec(dtype, shape)
-        host = {}
         for slot, blob in header["consts"]:
             a = blobs[blob]
             spec = prog.slot_specs.get(slot)
             if spec is not None and a.dtype != spec.dtype and a.dtype.kind == "f":
                 a = a.astype(spec.dtype)     # stored narrower (format version 2, weights_dtype)
                 a.flags.writeable = False
-            host[slot] = a
-            prog.consts[slot] = device.copy_in(a)
-        prog.host_consts = host
+            prog.consts[slot] = a
+        place_consts(prog, device)
         prog.inputs = [int(i["slot"]) for i in header["inputs"]]
         prog.outputs = [int(o["slot"]) for o in header["outputs"]]
         raw_nodes = header["nodes"]
@@ -122,14 +120,8 @@ class LoadedProgram:
         self.input_specs = [_spec(i["dtype"], i["shape"]) for i in header["inputs"]]
         self.input_names = [i.get("name", "") for i in header["inputs"]]
         self.output_names = [o.get("name", "") for o in header["outputs"]]
-        prog = self.program
-        base = [None] * prog.n_slots
-        for s, v in prog.consts.items():
-            base[s] = v
-        self._base = base
-        self.owned = _ownership(prog, device)
-        self._steps = [(_step_fn(n, device, prog, self.owned), n.inputs, n.outputs, n)
-                       for n in prog.nodes if n.kind != "noop"]
+        self.bound = Bound(self.program, device)
+        self._base, self.owned, self._steps = self.bound.base, self.bound.owned, self.bound.steps
         self._replay = {} if replay and getattr(device.capabilities, "graphs", False) else None
         self._lock = threading.Lock()
 
@@ -162,15 +154,10 @@ class LoadedProgram:
         return out
 
     def _run(self, vals):
-        for fn, ins, outs, node in self._steps:
-            args = [vals[s] for s in ins]
-            try:
-                res = fn(args)
-            except Exception as e:  # noqa: BLE001
-                raise _run_error(self, node, args, e) from e
-            for s, v in zip(outs, res):
-                vals[s] = v
-        return vals
+        try:
+            return self.bound.run(vals)
+        except NodeError as e:
+            raise _run_error(self, e.node, e.args_, e.exc) from e.exc
 
     def __call__(self, inputs):
         arrays = self._check_inputs(inputs)
@@ -237,14 +224,151 @@ class _Recording:
         return [device.copy_out(self.vals[s]) for s in self.outputs]
 
 
+def place_consts(prog, device):
+    """Copy a program's constants (and its sub-programs') onto the device: prog.consts become
+    device buffers, prog.host_consts keeps the host arrays (host inputs read them directly)."""
+    if getattr(prog, "host_consts", None) is None:
+        prog.host_consts = dict(prog.consts)
+        prog.consts = {s: device.copy_in(a) for s, a in prog.consts.items()}
+    for n in prog.nodes:
+        for sub in n.subs:
+            place_consts(sub, device)
+    return prog
+
+
+class NodeError(Exception):
+    """A node of a bound program raised: the node, its argument buffers, the exception."""
+
+    def __init__(self, node, args, exc):
+        super().__init__(node.name)
+        self.node, self.args_, self.exc = node, args, exc
+
+
+class Bound:
+    """The executor core: one program bound to one device, run serially in program order.
+
+    Built once per (program, device): constant buffers in a base slot list, per-slot ownership
+    (`_ownership`), one step per node: fn(argument buffers) -> output buffers. Kernel, fused and
+    alias nodes run on the device; If/Case/While run bound sub-programs, reading only their
+    predicate on the host. TensorFlow's own nodes (kinds stock/reads) and kernels that decline
+    their inputs at run time need `tensorflow`, the host's runner of them (an object with
+    `step(node, bound) -> fn`, `declined(node, bound, args, reason) -> buffers` and
+    `count(program, runs)`); without it (the TensorFlow-free runtime) a program holding such a
+    node does not bind, and a declined kernel is an error.
+    """
+
+    def __init__(self, prog, device, tensorflow=None):
+        self.program, self.device, self.tensorflow = prog, device, tensorflow
+        stuck = [n for n in prog.nodes if n.kind in ("stock", "reads")]
+        if stuck and tensorflow is None:
+            raise devices.DeviceError(f"{prog.name}: node '{stuck[0].name}' ({stuck[0].op}) is "
+                                      f"TensorFlow's and TensorFlow is not available here")
+        base = [None] * prog.n_slots
+        for s, v in prog.consts.items():
+            base[s] = v
+        self.base = base
+        self.owned = _ownership(prog, device)
+        self.steps = [(self._step(n), n.inputs, n.outputs, n)
+                      for n in prog.nodes if n.kind != "noop"]
+
+    def _step(self, node):
+        kind = node.kind
+        if kind in ("stock", "reads"):
+            return self.tensorflow.step(node, self)
+        if kind in ("if", "case", "while"):
+            return _control_step(node, [Bound(sub, self.device, self.tensorflow)
+                                        for sub in node.subs], self)
+        fn = _step_fn(node, self.device, self.program, self.owned)
+        if self.tensorflow is None or kind != "kernel":
+            return fn
+        declined, bound = self.tensorflow.declined, self
+
+        def or_tensorflow(args):
+            try:
+                return fn(args)
+            except Unsupported as u:
+                return declined(node, bound, args, u.reason)
+        return or_tensorflow
+
+    def run(self, vals):
+        """Every step over `vals` (the slots, from `base` plus the inputs); returns vals."""
+        for fn, ins, outs, node in self.steps:
+            args = [vals[s] for s in ins]
+            try:
+                res = fn(args)
+            except NodeError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise NodeError(node, args, e) from e
+            for s, v in zip(outs, res):
+                vals[s] = v
+        return vals
+
+    def call(self, args):
+        """The program's outputs for these input buffers (sub-programs: If/Case/While)."""
+        vals = list(self.base)
+        for s, a in zip(self.program.inputs, args):
+            vals[s] = a
+        self.run(vals)
+        return [vals[s] for s in self.program.outputs]
+
+
+def _truth(device, buf):
+    """TensorFlow's If/While condition rule on a predicate read on the host: scalars by value,
+    other tensors by non-emptiness."""
+    a = device.copy_out(buf)
+    return bool(a) if a.ndim == 0 else a.size > 0
+
+
+def _control_step(node, subs, bound):
+    device = bound.device
+    count = bound.tensorflow.count if bound.tensorflow is not None else None
+    kind = node.kind
+    if kind == "if":
+        then, other = subs
+
+        def run_if(ins):
+            sub = then if _truth(device, ins[0]) else other
+            out = sub.call(ins[1:])
+            if count:
+                count(sub.program, 1)
+            return out
+        return run_if
+    if kind == "case":
+        def run_case(ins):
+            i = int(device.copy_out(ins[0]))
+            sub = subs[i] if 0 <= i < len(subs) else subs[-1]
+            out = sub.call(ins[1:])
+            if count:
+                count(sub.program, 1)
+            return out
+        return run_case
+    cond, body = subs
+
+    def run_while(ins):
+        loop, conds, bodies = list(ins), 0, 0
+        try:
+            while True:
+                conds += 1
+                if not _truth(device, cond.call(loop)[0]):
+                    return loop
+                bodies += 1
+                loop = body.call(loop)
+        finally:        # every iteration counted, once per loop run
+            if count:
+                count(cond.program, conds)
+                count(body.program, bodies)
+    return run_while
+
+
 def _ownership(prog, device):
     """Per slot: does this call's run allocate the buffer (True) or borrow it (constants,
-    inputs, aliases, views)? Decided once here, so in-place reuse and the hand-over of outputs
-    never ask a buffer what it is."""
+    inputs, aliases, views, what TensorFlow's nodes and control flow hand back)? Decided once
+    here, so in-place reuse and the hand-over of outputs never ask a buffer what it is."""
     owned = [False] * prog.n_slots
     views = device.capabilities.views
     for n in prog.nodes:
-        if n.kind in ("noop", "alias"):
+        if n.kind not in ("kernel", "fused"):
             continue
         if n.kind == "kernel" and n.op in VIEW_OPS and views:
             continue

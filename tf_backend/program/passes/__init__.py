@@ -13,6 +13,10 @@ PIPELINE = (tensor_lists, identity, canonicalize, shapes, const_fold, dce, batch
             compile_regions, inplace, schedule)
 # after the sub-programs are optimised (their reads batched, their aliases gone)
 POST_SUBS = (loop_reads, compile_loops)
+# device-independent: what program files keep (tf_backend.export) and what a tf.function gets
+# before it is placed on a device other than the host CPU path (tf_backend/on_device.py); the
+# device's own passes run when the program is placed there (Device.prepare)
+PORTABLE = (identity, canonicalize, shapes, const_fold, dce)
 
 
 SHADOW_OFF = {"tensor_lists", "canonicalize", "fuse_elementwise", "fuse_reduce", "epilogue",
@@ -33,13 +37,17 @@ def enabled_passes():
     return [p for p in PIPELINE if p.__name__.rsplit(".", 1)[-1] not in off]
 
 
-def optimize(prog):
-    for p in enabled_passes():
+def optimize(prog, table=None):
+    """The host CPU path's pipeline (PIPELINE, then POST_SUBS), or the passes of `table` only,
+    on a program and its sub-programs."""
+    for p in enabled_passes() if table is None else table:
         p.run(prog)
         prog.finalize()
     for n in prog.nodes:
         for sub in n.subs:
-            optimize(sub)
+            optimize(sub, table)
+    if table is not None:
+        return prog
     for p in POST_SUBS:
         if p.__name__.rsplit(".", 1)[-1] not in _disabled():
             p.run(prog)
