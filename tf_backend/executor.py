@@ -21,6 +21,7 @@ import numpy as np
 from shape_fns import Spec, Unsupported
 
 from . import alloc, ledger, trace, tf_adapter as tfa
+from .devices.cpu import BUFFER, writable
 from .runtime.lists import HostList
 
 _DONE = object()
@@ -46,7 +47,7 @@ def run_kernel(kdef, shape_fn, arrays, attrs, out_specs=None):
 
 def as_numpy(v):
     """Our arrays as they are; TensorFlow's memory as a read-only view (never written)."""
-    if type(v) is np.ndarray:
+    if type(v) is BUFFER:
         return v
     a = tfa.to_numpy(v)
     a.flags.writeable = False
@@ -54,7 +55,7 @@ def as_numpy(v):
 
 
 def as_tensor(v):
-    if type(v) is np.ndarray:
+    if type(v) is BUFFER:
         return tfa.make_tensor_any(v)
     return v
 
@@ -552,7 +553,7 @@ def execute(node, vals):
         k = node.inplace
         out = vals[node.inputs[k]] if k is not None else None
         return node.fn([as_numpy(vals[s]) for s in node.inputs], node.out_specs,
-                       out=out if type(out) is np.ndarray and out.flags.writeable else None)
+                       out=out if writable(out) else None)
     if kind == "kernel":
         arrays = [as_numpy(vals[s]) for s in node.inputs]
         if shadow_mode:
@@ -560,7 +561,7 @@ def execute(node, vals):
         if node.op in VIEW_OPS:
             return _view(node, arrays)
         k = node.inplace
-        if k is not None and type(vals[node.inputs[k]]) is np.ndarray and arrays[k].flags.writeable:
+        if k is not None and writable(vals[node.inputs[k]]):
             buf = arrays[k]
             node.kdef.fn(arrays, [buf], node.attrs)
             return [buf]
@@ -701,7 +702,7 @@ def _array_arg(v, t):
         return None
     if a.ndim == 0:
         return a.dtype.type(a[()])
-    return a if a.flags.writeable and a.flags.c_contiguous else np.array(a)
+    return a if writable(a) and a.flags.c_contiguous else np.array(a)
 
 
 def _compiled_loop(node, vals):

@@ -11,6 +11,7 @@ from shape_fns import BackendError, Spec
 
 from . import dispatch, executor, ledger, on_device, trace, tf_adapter as tfa
 from .program import lower, passes
+from .devices.cpu import BUFFER, writable
 from .runtime.program import NodeError
 
 _cache = {}
@@ -191,8 +192,8 @@ def on_call(atomic_fn, args):
     ledger.function_called(name, fallback=False)
     result = []
     for i, v in enumerate(outs):
-        if type(v) is np.ndarray:
-            if i in c.const_outputs or not v.flags.writeable:
+        if type(v) is BUFFER:
+            if i in c.const_outputs or not writable(v):
                 v = np.array(v)   # never hand TensorFlow a buffer we keep
             v = tfa.make_tensor_any(v)
         result.append(v)

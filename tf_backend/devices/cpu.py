@@ -11,6 +11,33 @@ from .base import Capabilities, Device
 # Device passes run on a loaded program (the host runtime runs them in passes.optimize).
 LOAD_PASSES = ("fuse_elementwise", "epilogue", "inplace")
 
+# The host CPU path (executor.py, its generated drivers, memo nodes) keeps the CPU device's
+# buffers, numpy arrays, next to TensorFlow's tensors in one slot list, and decides in-place
+# reuse per call: a value may be written only while it is a buffer of ours that nobody else sees
+# (TensorFlow's memory, constants, views and memoised values are made read-only). These tests
+# are the CPU device's own; programs on any device through the runtime's core
+# (runtime/program.py) record ownership per slot instead.
+BUFFER = np.ndarray
+
+
+def writable(v):
+    """May the host CPU path write `v` in place?"""
+    return type(v) is BUFFER and v.flags.writeable
+
+
+def writable_expr(name):
+    """`writable` inline, for generated drivers (which bind ND to BUFFER)."""
+    return f"(type({name}) is ND and {name}.flags.writeable)"
+
+
+def shared(v):
+    """A buffer of ours as a read-only view (kept and handed out again: never written); other
+    values as they are."""
+    if type(v) is BUFFER:
+        v = v.view()
+        v.flags.writeable = False
+    return v
+
 
 class CpuDevice(Device):
     name = "cpu"

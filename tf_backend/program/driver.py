@@ -20,6 +20,7 @@ import numpy as np
 
 from shape_fns import Unsupported
 
+from ..devices.cpu import BUFFER, writable_expr
 from ..runtime.lists import HostList
 
 def _arr(name):
@@ -82,7 +83,7 @@ def source(prog, view, view_ops, small_bytes=0, plain_below=0):
                 call = f"o = {fn}(a, {bind(n.out_specs, 'SP', i)}, out={{}})"
                 if n.inplace is not None:
                     b = ins[n.inplace]
-                    body += [f"b = {b} if type({b}) is ND and {b}.flags.writeable else None",
+                    body += [f"b = {b} if {writable_expr(b)} else None",
                              call.format("b")]
                 elif len(allocs) == 1:   # a fresh buffer of the loop's own shape
                     body.append(call.format(allocs[0]))
@@ -92,7 +93,7 @@ def source(prog, view, view_ops, small_bytes=0, plain_below=0):
                 attrs = bind(n.attrs, "A", i)
                 if n.inplace is not None:
                     b = ins[n.inplace]
-                    body += [f"if type({b}) is ND and {b}.flags.writeable:",
+                    body += [f"if {writable_expr(b)}:",
                              f"    o = [{b}]",
                              "else:",
                              f"    o = [{', '.join(allocs)}]"]
@@ -158,7 +159,7 @@ def build(prog, step, declined, as_numpy, empty, view, view_ops, small_bytes=0, 
     ran, or (index, exception): node `index` raised `exception` (None: the interpreter already
     recorded a failure before node `index`). `view(node, arrays)` runs a view op."""
     src, env = source(prog, view, view_ops, small_bytes, plain_below)
-    env.update(ND=np.ndarray, HL=HostList, AS=as_numpy, EMPTY=empty, NPEMPTY=np.empty, STEP=step,
+    env.update(ND=BUFFER, HL=HostList, AS=as_numpy, EMPTY=empty, NPEMPTY=np.empty, STEP=step,
                DECLINED=declined, UNSUPPORTED=Unsupported)
     code = compile(src, f"<driver {prog.name}>", "exec")
     exec(code, env)

@@ -22,6 +22,7 @@ in place.
 import numpy as np
 
 from ... import executor
+from ...devices.cpu import shared
 from ... import tf_adapter as tfa
 from ..ir import Node
 
@@ -86,11 +87,7 @@ def _make(region, keys, boundary):
             raise executor._Raise(min(failed.values(), key=lambda f: f.node.id))
         outs = []
         for s in boundary:
-            v = vals[s]
-            if type(v) is np.ndarray:
-                v = v.view()
-                v.flags.writeable = False
-            outs.append(v)
+            outs.append(shared(vals[s]))
         state[0] = (key, current, outs)
         return outs
 
