@@ -152,3 +152,27 @@ def test_example_device_is_discovered_through_its_entry_point(tf, tmp_path):
     ref = model(xm, training=False).numpy()
     assert numerics.compare(np.asarray(out["mlp"], np.float32), ref, "reduction", 32) is None
     assert "numpy" not in devices.available()   # this process is untouched
+
+
+def test_host_runtime_does_without_the_libraries_a_device_lacks(tf, monkeypatch):
+    # Device.library: no "fusion" -> no fused nodes; no "loops" -> no compiled regions/loops;
+    # programs still run with stock results
+    import tf_backend
+    from tf_backend import functions
+    assert devices.get("cpu").library("fusion") is not None
+    assert devices.Device().library("fusion") is None
+    monkeypatch.setattr(devices, "library", lambda name: None)
+
+    @tf.function
+    def f(x):
+        y = tf.exp(x) * 2.0 + 1.0
+        return tf.reduce_sum(tf.tanh(y) - x, axis=1)
+
+    x = np.linspace(-1, 1, 4000, dtype=np.float32).reshape(40, 100)
+    ref = f(x).numpy()
+    functions.clear_cache()
+    with tf_backend.enabled():
+        np.testing.assert_allclose(f(x).numpy(), ref, rtol=1e-6)
+        progs = [c.program for c in functions._cache.values() if c.program is not None]
+    functions.clear_cache()
+    assert progs and not any(n.kind in ("fused", "region") for p in progs for n in p.nodes)

@@ -62,3 +62,31 @@ def test_no_two_numba_compilations_of_one_function_share_a_cache_file():
                 opts = bool(obj.targetoptions.get("parallel"))
                 assert seen.setdefault(key, opts) == opts, f"{key}: serial and parallel variants"
     assert len(seen) > 20
+
+
+def _runtime_sources():
+    """The host runtime's modules but the CPU device's own (tf_backend/devices/cpu.py)."""
+    base = os.path.join(ROOT, "tf_backend")
+    for d, _, files in os.walk(base):
+        for f in files:
+            p = os.path.join(d, f)
+            if f.endswith(".py") and p != os.path.join(base, "devices", "cpu.py"):
+                yield os.path.relpath(p, ROOT), open(p).read()
+
+
+def test_the_host_runtime_asks_the_device_for_cpu_libraries():
+    # fusion, compiled loops, thread holds and weight caches come from Device.library
+    bad = [p for p, src in _runtime_sources()
+           if re.search(r"^\s*(from kernels\.cpu\b|from kernels import cpu\b|import kernels\.cpu)",
+                        src, re.M)]
+    assert not bad, bad
+
+
+def test_no_numpy_ownership_test_outside_the_cpu_device():
+    # ownership: recorded per slot (runtime/program.py), or the CPU device's writable()/BUFFER;
+    # setting a flag (making a buffer read-only) is not a test
+    pat = re.compile(r"\) is (not )?np\.ndarray|\.flags\.writeable(?!\s*=[^=])")
+    allowed = {"tf_backend/tf_adapter.py", "tf_backend/fastpath.py"}   # TensorFlow's values in
+    bad = [(p, m.group(0)) for p, src in _runtime_sources() if p not in allowed
+           for m in pat.finditer(src)]
+    assert not bad, bad

@@ -59,11 +59,11 @@ def clear_caches():
     weight-derived values they memoise), weight forms kept for inference (Winograd transforms,
     transposed matrices) and pooled output buffers. Variables' buffers they held are released;
     the next calls compile and fill again."""
-    from kernels.cpu import filter_cache
-
-    from . import alloc, functions
+    from . import alloc, devices, functions
     functions.clear_cache()
-    filter_cache.clear()
+    cache = devices.library("weight_cache")
+    if cache is not None:
+        cache.clear()
     alloc.trim()
 
 

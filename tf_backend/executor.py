@@ -21,6 +21,7 @@ import numpy as np
 from shape_fns import Spec, Unsupported
 
 from . import alloc, ledger, trace, tf_adapter as tfa
+from . import devices
 from .devices.cpu import BUFFER, writable
 from .runtime.lists import HostList
 
@@ -124,12 +125,8 @@ BLAS_OPS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D",
 
 @functools.cache
 def _blas():
-    """kernels/cpu/gemm.py (its OpenBLAS hold), or None where it cannot load."""
-    try:
-        from kernels.cpu import gemm
-    except ImportError:   # pragma: no cover - the CPU kernels always ship
-        return None
-    return gemm
+    """The host device's "blas" library (its OpenBLAS hold), or None."""
+    return devices.library("blas")
 
 
 def _heavy_enter(node):
@@ -670,7 +667,7 @@ def _call_compiled(node, got, args):
     """The function's results on `args`, or None: it is compiling (a background compile starts
     on the first call in "async" mode), it does not compile, or it raised (with FTZ/DAZ set:
     MXCSR is restored; the interpreter then runs the node and raises TensorFlow's error)."""
-    from kernels.cpu import loops
+    loops = devices.library("loops")
     if got.state == "new" and LOOP_COMPILE == "async":
         got.state = "compiling"
         with _pending_lock:
@@ -706,11 +703,11 @@ def _array_arg(v, t):
 
 
 def _compiled_loop(node, vals):
-    """Run a While through its compiled function (kernels/cpu/loops.py): None when the device
+    """Run a While through its compiled function (the host device's "loops" library): None when the device
     declines the loop, it is still compiling, or the function raised on these inputs (the
     interpreter then runs the loop from the same inputs and raises TensorFlow's error)."""
-    from kernels.cpu import loops
-    got = _built(node, loops.build)
+    loops = devices.library("loops")
+    got = _built(node, loops.build) if loops is not None else None
     if got is None or got.state == "compiling":
         return None
     spec = node.spec
@@ -787,7 +784,7 @@ def _compile_loop(node, got, args):
 
 
 def _compile_loop_body(node, got, args):
-    from kernels.cpu import loops
+    loops = devices.library("loops")
     t0 = time.perf_counter()
     try:
         sig = tuple(numba.typeof(a) for a in args)
@@ -805,8 +802,8 @@ def _region(node, vals):
     """A compiled region's function on its inputs; its nodes one by one until the function is
     compiled (a child process, as for loops), where the device declines it, or where it raised
     (the nodes then raise TensorFlow's error)."""
-    from kernels.cpu import loops
-    got = _built(node, loops.build_region)
+    loops = devices.library("loops")
+    got = _built(node, loops.build_region) if loops is not None else None
     if got is not None and got.state != "compiling":
         types = node.spec.types
         args = [_array_arg(vals[s], types[s]) for s in node.inputs]

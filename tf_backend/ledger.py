@@ -138,12 +138,13 @@ def snapshot():
             extra["schedule"] = {k: dict(v) for k, v in sorted(_schedule.items())}
         if _loops:
             extra["loops"] = {k: dict(v) for k, v in sorted(_loops.items())}
-    from kernels.cpu import filter_cache   # weight forms kept between calls, and not kept
-    wc = filter_cache.stats()
+    from . import devices
+    cache = devices.library("weight_cache")   # weight forms kept between calls, and not kept
+    wc = cache.stats() if cache is not None else {"events": 0}
     if wc["events"]:
         extra["weight_cache"] = wc
-    from kernels.cpu import gemm   # which product kernel each shape's measurement chose
-    gc = gemm.choice_stats()
+    blas = devices.library("blas")   # which product kernel each shape's measurement chose
+    gc = blas.choice_stats() if blas is not None else {"measured": 0, "loaded": 0}
     if gc["measured"] or gc["loaded"]:
         extra["gemm_choice"] = gc
     return {"ops": ops, "functions": functions, **extra,

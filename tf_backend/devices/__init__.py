@@ -81,3 +81,8 @@ def get(name="cpu"):
 def host():
     """The device the host runtime (eager dispatch, tf.function programs) runs on."""
     return get("cpu")
+
+
+def library(name):
+    """The host device's implementation of a runtime service (Device.library), or None."""
+    return host().library(name)

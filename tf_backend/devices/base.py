@@ -99,6 +99,16 @@ class Device:
         """Device-specific rewrites of a loaded program (e.g. fusion); returns the program."""
         return program
 
+    def library(self, name):
+        """The device's implementation of a service the host runtime asks for by name, or None
+        where the device has none (the runtime then does without: no fused loops, no compiled
+        regions, no thread holds, nothing kept). Names: "fusion" (generated elementwise loops
+        for fused nodes: fusable, plan, build, run, alias_of, build_rows_sum, run_rows_sum,
+        splits), "loops" (compiled loops and regions: build, build_region, region_source,
+        compile_elsewhere), "blas" (thread holds of BLAS-backed kernels: single_thread_enter/
+        exit; choice_stats), "weight_cache" (weight forms kept between calls: stats, clear)."""
+        return None
+
     def __repr__(self):
         return f"<{type(self).__name__} {self.name!r}>"
 

@@ -1,4 +1,5 @@
 """The CPU device: numba/numpy/BLAS kernels from kernels/cpu, 64-byte aligned host buffers."""
+import importlib
 import os
 
 import numpy as np
@@ -10,6 +11,9 @@ from .base import Capabilities, Device
 
 # Device passes run on a loaded program (the host runtime runs them in passes.optimize).
 LOAD_PASSES = ("fuse_elementwise", "epilogue", "inplace")
+# The services the host runtime asks the device for (base.Device.library)
+LIBRARIES = {"fusion": "kernels.cpu.fusion", "loops": "kernels.cpu.loops",
+             "blas": "kernels.cpu.gemm", "weight_cache": "kernels.cpu.filter_cache"}
 
 # The host CPU path (executor.py, its generated drivers, memo nodes) keeps the CPU device's
 # buffers, numpy arrays, next to TensorFlow's tensors in one slot list, and decides in-place
@@ -76,6 +80,10 @@ class CpuDevice(Device):
 
     def lookup(self, op, attrs):
         return kernels.lookup(op, "cpu", attrs)
+
+    def library(self, name):
+        mod = LIBRARIES.get(name)
+        return None if mod is None else importlib.import_module(mod)
 
     def prepare(self, program):
         from ..program import passes

@@ -16,6 +16,7 @@ import numpy as np
 
 from kernels.regions import Ineligible, Region, Step
 
+from ... import devices
 from ..ir import Node
 from .compile_loops import _step
 
@@ -58,7 +59,9 @@ def _types(prog, slots):
 
 def _inlines(prog, n):
     """Whether the device writes this node inline (a one-node region's source)."""
-    from kernels.cpu import loops
+    loops = devices.library("loops")
+    if loops is None:
+        return False
     slots = list(dict.fromkeys(list(n.inputs) + list(n.outputs)))
     ins = [s for s in n.inputs if s not in prog.consts]
     try:

@@ -3,14 +3,14 @@
 A group grows backwards from a root node through producers that are fusable elementwise
 kernels of the same dtype, whose result has exactly one consumer and is not a program output,
 and that carry no control edges. At run time each input gets a read pattern
-(kernels/cpu/fusion.plan); a broadcast no pattern covers runs the original ops unfused.
+(the host device's "fusion" library: plan); a broadcast no pattern covers runs the original
+ops unfused. A device without that library gets no fused nodes.
 """
 import numpy as np
 
-from kernels.cpu import fusion
 from kernels.elementwise_table import TABLE
 
-from ... import executor
+from ... import devices, executor
 from ..ir import Node
 
 MAX_GROUP = 48
@@ -20,19 +20,22 @@ def _dtype(n):
     return n.attrs.get("T")
 
 
-def _fusable(n):
+def _fusable(n, fusion):
     return (n.kind == "kernel" and n.op in TABLE and not n.ctrl and _dtype(n) is not None
             and fusion.fusable(n.op, _dtype(n)))
 
 
 def run(prog):
+    fusion = devices.library("fusion")
+    if fusion is None:
+        return prog
     consumers = prog.consumers()
     ctrl_preds = {id(c) for n in prog.nodes for c in n.ctrl}
     producer = prog.producers()
     absorbed = set()
     groups = []
     for root in reversed(prog.nodes):
-        if id(root) in absorbed or not _fusable(root):
+        if id(root) in absorbed or not _fusable(root, fusion):
             continue
         dt = _dtype(root)
         members = []
@@ -41,7 +44,7 @@ def run(prog):
             members.append(n)
             for s in n.inputs:
                 p = producer.get(s)
-                if (p is not None and id(p) not in absorbed and p is not root and _fusable(p)
+                if (p is not None and id(p) not in absorbed and p is not root and _fusable(p, fusion)
                         and _dtype(p) == dt and consumers.get(s) == 1 and id(p) not in ctrl_preds
                         and len(members) < MAX_GROUP):
                     absorbed.add(id(p))
@@ -55,7 +58,7 @@ def run(prog):
         return prog
     replace = {}
     for root, members in groups:
-        replace[id(root)] = _fused_node(prog, root, members)
+        replace[id(root)] = _fused_node(prog, root, members, fusion)
     kept = []
     for n in prog.nodes:
         if id(n) in replace:
@@ -69,7 +72,7 @@ def run(prog):
     return prog
 
 
-def _fused_node(prog, root, members):
+def _fused_node(prog, root, members, fusion):
     order = sorted(members, key=lambda n: n.id)        # producers before consumers
     made = {}                                          # slot -> ("t", j)
     ext = []                                           # external input slots
@@ -91,12 +94,12 @@ def _fused_node(prog, root, members):
     node.fused_ops = tuple(n.op for n in order)
     node.heavy = root.heavy
     node.out_specs = root.out_specs
-    node.fn = _runner(dt, len(ext), steps, order, ext, root, prog.slot_specs.get(root.outputs[0]))
+    node.fn = _runner(fusion, dt, len(ext), steps, order, ext, root)
     node.spec = (dt, len(ext), steps)   # the fusion spec (fuse_reduce builds on it)
     return node
 
 
-def _runner(dt, n_in, steps, order, ext, root, spec):
+def _runner(fusion, dt, n_in, steps, order, ext, root):
     built = {}   # input shapes -> (kernels, patterns)
 
     def run_fused(arrays, out_specs, out=None):

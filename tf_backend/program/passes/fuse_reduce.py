@@ -1,6 +1,6 @@
 """Reduction fusion: a fused elementwise chain whose only consumer is a Sum or Mean over its
 trailing axes becomes one node whose generated loop sums each row as it evaluates the chain
-(kernels/cpu/fusion.build_rows_sum): the chain's values never go to memory, and one node runs
+(the host device's "fusion" library: build_rows_sum): the chain's values never go to memory, and one node runs
 instead of two. The sums are reduction_ops' row sums (blocks of 4096 values, vectorised, added
 in order), so the fused node gives the unfused pair's bits. Where the inputs' broadcast does
 not fit the rows of the reduction, the pair runs unfused.
@@ -9,9 +9,7 @@ import math
 
 import numpy as np
 
-from kernels.cpu import fusion
-
-from ... import executor
+from ... import devices, executor
 from ..ir import Node
 
 OPS = ("Sum", "Mean")
@@ -29,6 +27,9 @@ def _trailing_axes(prog, r, rank):
 
 
 def run(prog):
+    fusion = devices.library("fusion")
+    if fusion is None:
+        return prog
     consumers = prog.consumers()
     producer = prog.producers()
     outputs = set(prog.outputs)
@@ -46,7 +47,7 @@ def run(prog):
         k = _trailing_axes(prog, r, len(spec.shape))
         if k is None:
             continue
-        replace[id(r)] = _node(f, r, k, prog.consts[r.inputs[1]])
+        replace[id(r)] = _node(f, r, k, prog.consts[r.inputs[1]], fusion)
         gone.add(id(f))
     if not replace:
         return prog
@@ -56,16 +57,16 @@ def run(prog):
     return prog
 
 
-def _node(f, r, k, axis):
+def _node(f, r, k, axis, fusion):
     n = Node(r.name, "Fused", "fused", list(f.inputs), list(r.outputs), where=r.where)
     n.fused_ops = tuple(f.fused_ops) + (r.op,)
     n.heavy = f.heavy or r.heavy
     n.out_specs = r.out_specs
-    n.fn = _runner(f, r, k, axis)
+    n.fn = _runner(f, r, k, axis, fusion)
     return n
 
 
-def _runner(f, r, k, axis):
+def _runner(f, r, k, axis, fusion):
     dt, n_in, steps = f.spec
     mean = r.op == "Mean"
     built = {}   # input shapes -> (kernels, rows, cols, output shape) or None

@@ -3,8 +3,7 @@ time (neither depends on the other)? Only then is the concurrent path worth its 
 import math
 import os
 
-from kernels.cpu import fusion
-
+from ... import devices
 from ...executor import BLAS_OPS
 
 # On a small machine a node that already spreads over every core on its own does not gain from
@@ -41,7 +40,9 @@ def _splits(prog, n):
     if n.kind == "fused" and n.op == "Fused":
         # the loop runs over its largest operand (the input of a fused Sum/Mean: fuse_reduce)
         sizes = [_elements(prog, [s]) for s in list(n.inputs) + list(n.outputs)]
-        return None not in sizes and fusion.splits(max(sizes), len(n.fused_ops))
+        fusion = devices.library("fusion")
+        return (None not in sizes and fusion is not None
+                and fusion.splits(max(sizes), len(n.fused_ops)))
     return False
 
 
