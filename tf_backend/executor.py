@@ -129,6 +129,12 @@ def _blas():
     return devices.library("blas")
 
 
+@functools.cache
+def _loops():
+    """The host device's "loops" library (compiled loops and regions), or None."""
+    return devices.library("loops")
+
+
 def _heavy_enter(node):
     """Returns what to restore on this thread on exit, or None. Beside another heavy node, this
     one runs on one thread: numba's count on this thread (its parallel kernels and the GEMM
@@ -667,7 +673,7 @@ def _call_compiled(node, got, args):
     """The function's results on `args`, or None: it is compiling (a background compile starts
     on the first call in "async" mode), it does not compile, or it raised (with FTZ/DAZ set:
     MXCSR is restored; the interpreter then runs the node and raises TensorFlow's error)."""
-    loops = devices.library("loops")
+    loops = _loops()
     if got.state == "new" and LOOP_COMPILE == "async":
         got.state = "compiling"
         with _pending_lock:
@@ -706,7 +712,7 @@ def _compiled_loop(node, vals):
     """Run a While through its compiled function (the host device's "loops" library): None when the device
     declines the loop, it is still compiling, or the function raised on these inputs (the
     interpreter then runs the loop from the same inputs and raises TensorFlow's error)."""
-    loops = devices.library("loops")
+    loops = _loops()
     got = _built(node, loops.build) if loops is not None else None
     if got is None or got.state == "compiling":
         return None
@@ -784,7 +790,7 @@ def _compile_loop(node, got, args):
 
 
 def _compile_loop_body(node, got, args):
-    loops = devices.library("loops")
+    loops = _loops()
     t0 = time.perf_counter()
     try:
         sig = tuple(numba.typeof(a) for a in args)
@@ -802,7 +808,7 @@ def _region(node, vals):
     """A compiled region's function on its inputs; its nodes one by one until the function is
     compiled (a child process, as for loops), where the device declines it, or where it raised
     (the nodes then raise TensorFlow's error)."""
-    loops = devices.library("loops")
+    loops = _loops()
     got = _built(node, loops.build_region) if loops is not None else None
     if got is not None and got.state != "compiling":
         types = node.spec.types
