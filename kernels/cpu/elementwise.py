@@ -64,6 +64,11 @@ def {f}_loop(x, out{pp}):
 def {f}_ploop(x, out{pp}):
     for i in prange(out.size):
         out[i] = _{f}_s(x[i]{pa})
+
+@_j
+def {f}_iloop(x{pp}):
+    for i in range(x.size):
+        x[i] = _{f}_s(x[i]{pa})
 '''
 
 _BINARY = '''
@@ -99,6 +104,26 @@ def {f}_ploop(x, y, out, sx, sy{pp}):
         a = x[0]
         for i in prange(out.size):
             out[i] = _{f}_s(a, y[i * sy]{pa})
+
+@_j
+def {f}_xloop(x, y, sy{pp}):
+    if sy:
+        for i in range(x.size):
+            x[i] = _{f}_s(x[i], y[i]{pa})
+    else:
+        b = y[0]
+        for i in range(x.size):
+            x[i] = _{f}_s(x[i], b{pa})
+
+@_j
+def {f}_yloop(x, y, sx{pp}):
+    if sx:
+        for i in range(y.size):
+            y[i] = _{f}_s(x[i], y[i]{pa})
+    else:
+        a = x[0]
+        for i in range(y.size):
+            y[i] = _{f}_s(a, y[i]{pa})
 ''' + ''.join(
     # Block loops: out as m rows of k; the partial operand runs along the rows (inner) or
     # holds one value per row (outer). Covers x + bias[C] and x * scale[N, 1].
@@ -299,9 +324,11 @@ def _with_stock_tail(run, name):
 def _make_unary(entry, kind):
     f = f"{entry.name}_{kind}"
     loop, ploop = getattr(GEN, f + "_loop"), getattr(GEN, f + "_ploop")
+    iloop = getattr(GEN, f + "_iloop")
     params = entry.params
 
-    # ravel() is a view here: inputs and outputs are C-contiguous.
+    # ravel() is a view here: inputs and outputs are C-contiguous. In place (out is the input):
+    # a loop over one array (see _make_binary).
     if params:
         def run(inputs, outputs, attrs):
             out = outputs[0]
@@ -309,14 +336,24 @@ def _make_unary(entry, kind):
             if n == 0:
                 return
             p = tuple(attrs[k] for k in params)
-            (ploop if n >= PARALLEL_MIN else loop)(inputs[0].ravel(), out.ravel(), *p)
+            if n >= PARALLEL_MIN:
+                ploop(inputs[0].ravel(), out.ravel(), *p)
+            elif out is inputs[0]:
+                iloop(out.ravel(), *p)
+            else:
+                loop(inputs[0].ravel(), out.ravel(), *p)
     else:
         def run(inputs, outputs, attrs):
             out = outputs[0]
             n = out.size
             if n == 0:
                 return
-            (ploop if n >= PARALLEL_MIN else loop)(inputs[0].ravel(), out.ravel())
+            if n >= PARALLEL_MIN:
+                ploop(inputs[0].ravel(), out.ravel())
+            elif out is inputs[0]:
+                iloop(out.ravel())
+            else:
+                loop(inputs[0].ravel(), out.ravel())
 
     run.__qualname__ = f"ew.{entry.name}"
     return run
@@ -343,6 +380,7 @@ def _blocks(out_shape, p_shape, n, k):
 def _make_binary(entry, kind):
     f = f"{entry.name}_{kind}"
     loop, ploop = getattr(GEN, f + "_loop"), getattr(GEN, f + "_ploop")
+    xloop, yloop = getattr(GEN, f + "_xloop"), getattr(GEN, f + "_yloop")
     bloop, pbloop = getattr(GEN, f + "_bloop"), getattr(GEN, f + "_pbloop")
     params = entry.params
     chk = getattr(GEN, f + "_chk", None)
@@ -362,8 +400,16 @@ def _make_binary(entry, kind):
         p = tuple(attrs[k] for k in params) if params else ()
         xs, ys = x.size, y.size
         if (xs == n or xs == 1) and (ys == n or ys == 1):
-            (ploop if n >= PARALLEL_MIN else loop)(
-                x.ravel(), y.ravel(), out.ravel(), xs == n, ys == n, *p)
+            if n >= PARALLEL_MIN:
+                ploop(x.ravel(), y.ravel(), out.ravel(), xs == n, ys == n, *p)
+            elif out is x:    # in place (programs reuse a dead input's buffer): a loop over one
+                # array, which LLVM vectorises; out[i] = f(x[i], ..) with out and x the same
+                # buffer fails its overlap check and runs scalar, 2-5x slower
+                xloop(out.ravel(), y.ravel(), ys == n, *p)
+            elif out is y:
+                yloop(x.ravel(), out.ravel(), xs == n, *p)
+            else:
+                loop(x.ravel(), y.ravel(), out.ravel(), xs == n, ys == n, *p)
         elif incompatible is not None and out.ndim == 0:
             # The shape fn found the shapes incompatible and the op asked for a scalar answer.
             out[()] = incompatible
