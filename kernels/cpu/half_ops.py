@@ -1,5 +1,6 @@
 """CPU kernels: float16/bfloat16 for ops whose float32 kernels live in other modules
-(convolutions, depthwise convolutions, pooling, batch norm, Einsum).
+(convolutions, depthwise convolutions, pooling, batch norm, Einsum; MaxPool has its own half
+kernel in pooling_ops, on bit patterns).
 
 Half inputs are widened to float32 (exactly), the op's float32 kernel runs, and each half output
 is rounded once to nearest even; float32 outputs (batch-norm statistics) are written directly.
@@ -22,7 +23,7 @@ OPS = {
     "Conv2D": ("T",), "Conv2DBackpropInput": ("T",), "Conv2DBackpropFilter": ("T",),
     "DepthwiseConv2dNative": ("T",), "DepthwiseConv2dNativeBackpropInput": ("T",),
     "DepthwiseConv2dNativeBackpropFilter": ("T",),
-    "MaxPool": ("T",), "AvgPool": ("T",), "MaxPoolGrad": ("T",), "AvgPoolGrad": ("T",),
+    "AvgPool": ("T",), "MaxPoolGrad": ("T",), "AvgPoolGrad": ("T",),
     "FusedBatchNormV3": ("T",), "FusedBatchNormGradV3": ("T",),
     "Einsum": ("T",),
 }

@@ -51,6 +51,9 @@ def max_pool_samples(dt, rng):
                 (0, 0, 1, 2, 0, 1, 0, 0)))
     out.append((arr(rng, (1, 3, 3, 2), dt), _k(2, 2), _k(1, 1), "EXPLICIT",
                 (0, 0, 1, 1, 1, 1, 0, 0)))
+    # windows of NaN only, and of -Inf and NaN: the result is the dtype's lowest value / -Inf
+    nan_win = np.array([np.nan] * 4 + [-np.inf, np.nan, np.nan, -np.inf]).astype(dt)
+    out.append((nan_win.reshape(1, 2, 4, 1), _k(2, 2), _k(2, 2), "VALID", ()))
     return out
 
 
