@@ -12,6 +12,7 @@ import numpy as np
 
 from kernels import KERNELS, kernel
 from kernels.cpu.half_bits import narrow_into, widen
+from kernels.cpu.scratch import scratch
 from shape_fns.errors import InvalidArgumentError
 from shape_fns.host import onednn_runs
 
@@ -60,8 +61,13 @@ def _wrap(op, type_attrs):
         fn = found.get(key)
         if fn is None:
             fn = found[key] = _float32_kernel(op, a)
-        ins = [widen(x) if x.dtype.name in HALF else x for x in inputs]
-        outs = [np.empty(o.shape, F32) if o.dtype.name in HALF else o for o in outputs]
+        # float32 copies in this thread's work buffers: a fresh multi-MB array each call cost a
+        # page fault per 4 KiB (a 256x32x32x32 bfloat16 convolution: 11.4 against 7.8 ms in
+        # float32); the float32 kernel's own scratch slots have other names
+        ins = [widen(x, scratch(x.shape, F32, f"half_in{k}")) if x.dtype.name in HALF else x
+               for k, x in enumerate(inputs)]
+        outs = [scratch(o.shape, F32, f"half_out{k}") if o.dtype.name in HALF else o
+                for k, o in enumerate(outputs)]
         eigen = EIGEN_RESERVE.get(op) if on_eigen else None
         if eigen:   # the float32 kernel writes oneDNN's reserve-space shapes
             for k, shape in eigen.items():
