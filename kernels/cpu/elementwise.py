@@ -125,33 +125,63 @@ def {f}_yloop(x, y, sx{pp}):
         for i in range(y.size):
             y[i] = _{f}_s(a, y[i]{pa})
 ''' + ''.join(
-    # Block loops: out as m rows of k; the partial operand runs along the rows (inner) or
-    # holds one value per row (outer). Covers x + bias[C] and x * scale[N, 1].
+    # Block loops: the full operand and out as (m, k) C arrays, the partial operand along the
+    # rows (inner: k values) or one value per row (outer: m values). Covers x + bias[C] and
+    # x * scale[N, 1]. Rows as 2-D arrays let LLVM vectorise the row (flat i * k + j indexing
+    # did not: a 256x32x32x32 bias add 5.6 against 2.6 ms); `i` variants write the full
+    # operand in place (one array: a serial loop over out and x as one buffer runs scalar).
     '''
 @{dec}
-def {{f}}_{name}(x, y, out, m, k, inner, xfull{{pp}}):
-    if xfull:
+def {{f}}_{name}x(x, y, out, inner{{pp}}):
+    for i in {rng}(out.shape[0]):
+        xi = x[i]
+        oi = out[i]
         if inner:
-            for i in {rng}(m):
-                for j in range(k):
-                    out[i * k + j] = _{{f}}_s(x[i * k + j], y[j]{{pa}})
+            for j in range(oi.size):
+                oi[j] = _{{f}}_s(xi[j], y[j]{{pa}})
         else:
-            for i in {rng}(m):
-                b = y[i]
-                for j in range(k):
-                    out[i * k + j] = _{{f}}_s(x[i * k + j], b{{pa}})
-    else:
+            b = y[i]
+            for j in range(oi.size):
+                oi[j] = _{{f}}_s(xi[j], b{{pa}})
+
+@{dec}
+def {{f}}_{name}y(x, y, out, inner{{pp}}):
+    for i in {rng}(out.shape[0]):
+        yi = y[i]
+        oi = out[i]
         if inner:
-            for i in {rng}(m):
-                for j in range(k):
-                    out[i * k + j] = _{{f}}_s(x[j], y[i * k + j]{{pa}})
+            for j in range(oi.size):
+                oi[j] = _{{f}}_s(x[j], yi[j]{{pa}})
         else:
-            for i in {rng}(m):
-                a = x[i]
-                for j in range(k):
-                    out[i * k + j] = _{{f}}_s(a, y[i * k + j]{{pa}})
+            a = x[i]
+            for j in range(oi.size):
+                oi[j] = _{{f}}_s(a, yi[j]{{pa}})
+
+@{dec}
+def {{f}}_{name}ix(x, y, inner{{pp}}):
+    for i in {rng}(x.shape[0]):
+        xi = x[i]
+        if inner:
+            for j in range(xi.size):
+                xi[j] = _{{f}}_s(xi[j], y[j]{{pa}})
+        else:
+            b = y[i]
+            for j in range(xi.size):
+                xi[j] = _{{f}}_s(xi[j], b{{pa}})
+
+@{dec}
+def {{f}}_{name}iy(x, y, inner{{pp}}):
+    for i in {rng}(y.shape[0]):
+        yi = y[i]
+        if inner:
+            for j in range(yi.size):
+                yi[j] = _{{f}}_s(x[j], yi[j]{{pa}})
+        else:
+            a = x[i]
+            for j in range(yi.size):
+                yi[j] = _{{f}}_s(a, yi[j]{{pa}})
 '''.format(dec=dec, name=name, rng=rng)
-    for dec, name, rng in (("_j", "bloop", "range"), ("_jp", "pbloop", "prange")))
+    for dec, name, rng in (("_j", "b", "range"), ("_jp", "pb", "prange")))
 
 
 _CHECK = '''
@@ -381,7 +411,9 @@ def _make_binary(entry, kind):
     f = f"{entry.name}_{kind}"
     loop, ploop = getattr(GEN, f + "_loop"), getattr(GEN, f + "_ploop")
     xloop, yloop = getattr(GEN, f + "_xloop"), getattr(GEN, f + "_yloop")
-    bloop, pbloop = getattr(GEN, f + "_bloop"), getattr(GEN, f + "_pbloop")
+    # block loops: (serial, parallel) per (full operand, in place)
+    blocks = {(full, inp): (getattr(GEN, f"{f}_b{inp}{full}"), getattr(GEN, f"{f}_pb{inp}{full}"))
+              for full in "xy" for inp in ("", "i")}
     params = entry.params
     chk = getattr(GEN, f + "_chk", None)
     if chk is not None:
@@ -417,8 +449,17 @@ def _make_binary(entry, kind):
             blk = (_blocks(out.shape, y.shape, n, ys) if xs == n else
                    _blocks(out.shape, x.shape, n, xs) if ys == n else None)
             if blk is not None:
-                (pbloop if n >= PARALLEL_MIN else bloop)(
-                    x.ravel(), y.ravel(), out.ravel(), *blk, xs == n, *p)
+                m, k, inner = blk
+                par = n >= PARALLEL_MIN
+                if xs == n:
+                    x, y = x.reshape(m, k), y.ravel()
+                    if out is inputs[0]:    # in place (see above)
+                        return blocks["x", "i"][par](x, y, inner, *p)
+                    return blocks["x", ""][par](x, y, out.reshape(m, k), inner, *p)
+                x, y = x.ravel(), y.reshape(m, k)
+                if out is inputs[1]:
+                    return blocks["y", "i"][par](x, y, inner, *p)
+                return blocks["y", ""][par](x, y, out.reshape(m, k), inner, *p)
             else:
                 u = _ufunc(f, entry, x.dtype)
                 with np.errstate(all="ignore"):
@@ -428,10 +469,20 @@ def _make_binary(entry, kind):
     return run
 
 
+def _same(o, inputs, views):
+    for a, v in zip(inputs, views):
+        if a is o:
+            return v
+    return bits(o)
+
+
 def _half(run, name):
     """The kernel on uint16 views of float16/bfloat16 arrays (bool outputs stay bool)."""
     def run_half(inputs, outputs, attrs):
-        return run([bits(a) for a in inputs], [bits(o) for o in outputs], attrs)
+        ins = [bits(a) for a in inputs]
+        # an output that is an input stays the same object (the in-place loops look for it)
+        outs = [_same(o, inputs, ins) for o in outputs]
+        return run(ins, outs, attrs)
 
     run_half.__qualname__ = f"ew.{name}"
     return run_half
