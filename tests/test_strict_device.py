@@ -293,8 +293,9 @@ def test_errors_on_the_strict_device_are_stock_classes(tf):
     with tf_backend.enabled(device=StrictDevice()):
         np.testing.assert_array_equal(f(a, np.ones((3, 2), np.float32)).numpy(),
                                       np.full((2, 2), 4.0, np.float32))
-        with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)op MatMul; inputs: float32\[2, 3\], "
-                                                                 r"float32\[4, 5\].*Matrix size-incompatible"):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"(?s)op MatMul; inputs: float32\[2, 3\], float32\[4, 5\]"
+                                 r".*Matrix size-incompatible"):
             f(a, b)
 
 

@@ -709,9 +709,9 @@ def _array_arg(v, t):
 
 
 def _compiled_loop(node, vals):
-    """Run a While through its compiled function (the host device's "loops" library): None when the device
-    declines the loop, it is still compiling, or the function raised on these inputs (the
-    interpreter then runs the loop from the same inputs and raises TensorFlow's error)."""
+    """Run a While through its compiled function (the host device's "loops" library): None when
+    the device declines the loop, it is still compiling, or the function raised on these inputs
+    (the interpreter then runs the loop from the same inputs and raises TensorFlow's error)."""
     loops = _loops()
     got = _built(node, loops.build) if loops is not None else None
     if got is None or got.state == "compiling":

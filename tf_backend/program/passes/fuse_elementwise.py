@@ -44,7 +44,8 @@ def run(prog):
             members.append(n)
             for s in n.inputs:
                 p = producer.get(s)
-                if (p is not None and id(p) not in absorbed and p is not root and _fusable(p, fusion)
+                if (p is not None and id(p) not in absorbed and p is not root
+                        and _fusable(p, fusion)
                         and _dtype(p) == dt and consumers.get(s) == 1 and id(p) not in ctrl_preds
                         and len(members) < MAX_GROUP):
                     absorbed.add(id(p))

@@ -1,8 +1,8 @@
 """Reduction fusion: a fused elementwise chain whose only consumer is a Sum or Mean over its
 trailing axes becomes one node whose generated loop sums each row as it evaluates the chain
-(the host device's "fusion" library: build_rows_sum): the chain's values never go to memory, and one node runs
-instead of two. The sums are reduction_ops' row sums (blocks of 4096 values, vectorised, added
-in order), so the fused node gives the unfused pair's bits. Where the inputs' broadcast does
+(the host device's "fusion" library: build_rows_sum): the chain's values never go to memory,
+and one node runs instead of two. The sums are reduction_ops' row sums (blocks of 4096 values,
+vectorised, added in order), so the fused node gives the unfused pair's bits. Where the inputs' broadcast does
 not fit the rows of the reduction, the pair runs unfused.
 """
 import math
