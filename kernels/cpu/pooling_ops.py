@@ -103,19 +103,26 @@ def _avg_pool(x, out, KH, KW, sh, sw, pt, pl):
 
 
 def _max_pool_grad(x, dy, dx, KH, KW, sh, sw, pt, pl):
-    """Each window's gradient goes to its first maximum, per channel; parallel over images."""
+    """Each window's gradient goes to its first maximum, per channel; parallel over images.
+    The window's maximum per channel is kept as a value and a flat pixel index updated by
+    selects (vectorised over channels). Windows that do not overlap (strides at least the
+    window) write their pixels' gradients directly, the maximum's or 0; overlapping ones add
+    into a zeroed dx."""
     N, H, W, C = x.shape
     OH, OW = dy.shape[1], dy.shape[2]
+    apart = sh >= KH and sw >= KW
+    # windows that tile the image exactly: every pixel is written by its one window
+    tiled = sh == KH and sw == KW and not pt and not pl and OH * sh >= H and OW * sw >= W
     for n in prange(N):
         best = np.empty(C, x.dtype)
-        bh = np.empty(C, np.int64)
-        bw = np.empty(C, np.int64)
+        at = np.empty(C, np.int32)
         dxn = dx[n]
-        for ih in range(H):
-            for iw in range(W):
-                d = dxn[ih, iw]
-                for c in range(C):
-                    d[c] = 0
+        if not tiled:
+            for ih in range(H):     # pixels no window (or several) covers
+                for iw in range(W):
+                    d = dxn[ih, iw]
+                    for c in range(C):
+                        d[c] = 0
         for oh in range(OH):
             h0 = oh * sh - pt
             hs, he = max(h0, 0), min(h0 + KH, H)
@@ -125,22 +132,33 @@ def _max_pool_grad(x, dy, dx, KH, KW, sh, sw, pt, pl):
                 if he <= hs or we <= ws:
                     continue
                 src = x[n, hs, ws]
+                first = hs * W + ws
                 for c in range(C):
                     best[c] = src[c]
-                    bh[c] = hs
-                    bw[c] = ws
+                    at[c] = first
                 for ih in range(hs, he):
                     for iw in range(ws, we):
                         src = x[n, ih, iw]
+                        p = ih * W + iw
                         for c in range(C):
                             v = src[c]
-                            if best[c] < v:
-                                best[c] = v
-                                bh[c] = ih
-                                bw[c] = iw
+                            b = best[c]
+                            take = b < v
+                            best[c] = v if take else b
+                            at[c] = p if take else at[c]
                 g = dy[n, oh, ow]
-                for c in range(C):
-                    dxn[bh[c], bw[c], c] += g[c]
+                if apart:
+                    for ih in range(hs, he):
+                        for iw in range(ws, we):
+                            d = dxn[ih, iw]
+                            p = ih * W + iw
+                            for c in range(C):
+                                gc = g[c]
+                                d[c] = gc if at[c] == p else 0
+                else:
+                    for c in range(C):
+                        a = at[c]
+                        dxn[a // W, a % W, c] += g[c]
 
 
 def _avg_pool_grad(dy, dx, KH, KW, sh, sw, pt, pl):
