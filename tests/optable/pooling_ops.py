@@ -20,6 +20,9 @@ POOL_SHAPES = [
     ((1, 2, 2, 3), _k(5, 5), _k(1, 1), "SAME", ()),          # window larger than the input
     ((0, 4, 4, 3), _k(2, 2), _k(2, 2), "VALID", ()),         # empty batch
     ((1, 112, 112, 64), _k(3, 3), _k(2, 2), "SAME", ()),     # ResNet stem pool
+    ((2, 9, 8, 3), _k(2, 2), _k(3, 3), "VALID", ()),         # gaps between windows
+    ((2, 7, 9, 3), _k(2, 2), _k(2, 2), "SAME", ()),          # tiling, the last ones cut short
+    ((2, 26, 26, 32), _k(2, 2), _k(2, 2), "VALID", ()),      # a Keras CNN's pool (tiling)
 ]
 
 
