@@ -6,6 +6,8 @@ less (NHWC only, no dilated backprops); we raise what each raises. Empty float32
 outputs (stock oneDNN returns odd results), mismatched backprop shapes and grouped convolutions
 go back to TensorFlow.
 """
+import types
+
 import numpy as np
 from numba import njit, prange
 
@@ -174,10 +176,33 @@ def conv_nhwc(x, f, out, g, filter_is_variable=False):
         gemm.matmul(cols[:m], w2, o2[q0 * OW:q1 * OW], filter_is_variable)
 
 
+WINOGRAD_BACKPROP_MIN_SIDE = 14
+
+
+def _backprop_input_winograd(f, dy, dx, g):
+    """dx by Winograd where it applies: for stride 1, the input gradient is the forward
+    convolution of dy with the filter turned 180 degrees and its channels swapped, padded by
+    KH-1-pt on top and KW-1-pl on the left (2.25x fewer multiplies than im2col's products, no
+    col2im scatter). On AMD EPYC, against im2col: 8x56x56x64 and 4x28x28x128 gradients 0.57x,
+    a Keras MNIST CNN's 128x13x13x32 1.06x (odd sides waste a sixth of the 2x2 tiles): hence
+    WINOGRAD_BACKPROP_MIN_SIDE. False when it does not apply or an output is not finite (dx
+    then partly written: the caller recomputes it)."""
+    pt, pl = f.shape[0] - 1 - g.pt, f.shape[1] - 1 - g.pl
+    if (g.sh != 1 or g.sw != 1 or g.dh != 1 or g.dw != 1 or pt < 0 or pl < 0
+            or min(dx.shape[1], dx.shape[2]) < WINOGRAD_BACKPROP_MIN_SIDE):
+        return False
+    gb = types.SimpleNamespace(sh=1, sw=1, dh=1, dw=1, pt=pt, pl=pl, oh=dx.shape[1],
+                               ow=dx.shape[2])
+    fb = np.ascontiguousarray(f[::-1, ::-1].transpose(0, 1, 3, 2))
+    return winograd.applies(dy, fb, gb) and winograd.conv3x3(dy, fb, dx, gb)
+
+
 def backprop_input_nhwc(f, dy, dx, g):
     N, H, W, C = dx.shape
     KH, KW, _, CO = f.shape
     OH, OW = dy.shape[1], dy.shape[2]
+    if _backprop_input_winograd(f, dy, dx, g):
+        return
     K = KH * KW * C
     wt = f.reshape(K, CO).T
     dy2 = dy.reshape(N * OH * OW, CO)

@@ -144,6 +144,14 @@ def bi_samples(dt, rng):
             fs = (3, 3, 32, 32)
         out.append((list(xs), _x(rng, fs, dt), _x(rng, _out_shape(xs, fs, st, pad, dil, p), dt),
                     st, pad, dil, p))
+    # float32 3x3 stride 1 on 16x16 and larger: ours by Winograd (conv_ops'
+    # _backprop_input_winograd), SAME and VALID, and with an Inf (the direct way recomputes it)
+    for pad, xs in (("SAME", (2, 16, 16, 16)), ("VALID", (1, 18, 17, 16))):
+        dy = _x(rng, _out_shape(xs, (3, 3, 16, 16), S1, pad, S1, ()), dt)
+        out.append((list(xs), _x(rng, (3, 3, 16, 16), dt), dy, S1, pad, S1, ()))
+    dy = dy.copy()
+    dy[0, 3, 4, 5] = np.inf
+    out.append(([1, 18, 17, 16], _x(rng, (3, 3, 16, 16), dt), dy, S1, "VALID", S1, ()))
     return out
 
 
