@@ -45,8 +45,16 @@ from kernels.cpu.scalar import *  # noqa
 from kernels.cpu.half_bits import h2f, f2h, bf2f, f2bf, rnd_h, rnd_bf, ftz32  # noqa
 from kernels.cpu.scalar_bits import lshift, rshift  # noqa
 
-_j = njit(cache=True, nogil=True, error_model="numpy")
-_jp = njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+# loops are compiled on first use (elementwise.py: _Loops): made a dispatcher each here, the
+# thirteen loops of every op and kind cost a second of start-up
+def _j(fn):
+    fn.parallel = False
+    return fn
+
+
+def _jp(fn):
+    fn.parallel = True
+    return fn
 '''
 
 _UNARY = '''
@@ -270,6 +278,29 @@ _ufuncs = {}
 _ufunc_lock = threading.Lock()
 
 
+class _Loops:
+    """The generated loops of one op and kind as attributes (`loop`, `ploop`, `xloop`, `bix`,
+    `chk`, ...), each compiled (or loaded from numba's disk cache) on its first use and then a
+    plain attribute."""
+
+    def __init__(self, prefix):
+        self._prefix = prefix
+
+    def __getattr__(self, name):
+        import numba
+        fn = getattr(GEN, f"{self._prefix}_{name}")
+        with _ufunc_lock:
+            d = self.__dict__.get(name)
+            if d is None:
+                d = numba.njit(cache=True, nogil=True, parallel=fn.parallel,
+                               error_model="numpy")(fn)
+                setattr(self, name, d)
+        return d
+
+    def has(self, name):
+        return hasattr(GEN, f"{self._prefix}_{name}")
+
+
 def _ufunc(fname, entry, dtype):
     """A numba ufunc for general broadcasting, built on first use for (op, kind)."""
     key = (fname, dtype)
@@ -353,8 +384,7 @@ def _with_stock_tail(run, name):
 
 def _make_unary(entry, kind):
     f = f"{entry.name}_{kind}"
-    loop, ploop = getattr(GEN, f + "_loop"), getattr(GEN, f + "_ploop")
-    iloop = getattr(GEN, f + "_iloop")
+    L = _Loops(f)
     params = entry.params
 
     # ravel() is a view here: inputs and outputs are C-contiguous. In place (out is the input):
@@ -367,11 +397,11 @@ def _make_unary(entry, kind):
                 return
             p = tuple(attrs[k] for k in params)
             if n >= PARALLEL_MIN:
-                ploop(inputs[0].ravel(), out.ravel(), *p)
+                L.ploop(inputs[0].ravel(), out.ravel(), *p)
             elif out is inputs[0]:
-                iloop(out.ravel(), *p)
+                L.iloop(out.ravel(), *p)
             else:
-                loop(inputs[0].ravel(), out.ravel(), *p)
+                L.loop(inputs[0].ravel(), out.ravel(), *p)
     else:
         def run(inputs, outputs, attrs):
             out = outputs[0]
@@ -379,11 +409,11 @@ def _make_unary(entry, kind):
             if n == 0:
                 return
             if n >= PARALLEL_MIN:
-                ploop(inputs[0].ravel(), out.ravel())
+                L.ploop(inputs[0].ravel(), out.ravel())
             elif out is inputs[0]:
-                iloop(out.ravel())
+                L.iloop(out.ravel())
             else:
-                loop(inputs[0].ravel(), out.ravel())
+                L.loop(inputs[0].ravel(), out.ravel())
 
     run.__qualname__ = f"ew.{entry.name}"
     return run
@@ -409,14 +439,10 @@ def _blocks(out_shape, p_shape, n, k):
 
 def _make_binary(entry, kind):
     f = f"{entry.name}_{kind}"
-    loop, ploop = getattr(GEN, f + "_loop"), getattr(GEN, f + "_ploop")
-    xloop, yloop = getattr(GEN, f + "_xloop"), getattr(GEN, f + "_yloop")
-    # block loops: (serial, parallel) per (full operand, in place)
-    blocks = {(full, inp): (getattr(GEN, f"{f}_b{inp}{full}"), getattr(GEN, f"{f}_pb{inp}{full}"))
-              for full in "xy" for inp in ("", "i")}
+    L = _Loops(f)
     params = entry.params
-    chk = getattr(GEN, f + "_chk", None)
-    if chk is not None:
+    chk = L.has("chk")
+    if chk:
         _, cls, msg = entry.check[kind]
         err = getattr(errors, cls)
     incompatible = entry.incompatible
@@ -427,21 +453,21 @@ def _make_binary(entry, kind):
         n = out.size
         if n == 0:
             return
-        if chk is not None and chk(y.ravel()):
+        if chk and L.chk(y.ravel()):
             raise err(msg)
         p = tuple(attrs[k] for k in params) if params else ()
         xs, ys = x.size, y.size
         if (xs == n or xs == 1) and (ys == n or ys == 1):
             if n >= PARALLEL_MIN:
-                ploop(x.ravel(), y.ravel(), out.ravel(), xs == n, ys == n, *p)
+                L.ploop(x.ravel(), y.ravel(), out.ravel(), xs == n, ys == n, *p)
             elif out is x:    # in place (programs reuse a dead input's buffer): a loop over one
                 # array, which LLVM vectorises; out[i] = f(x[i], ..) with out and x the same
                 # buffer fails its overlap check and runs scalar, 2-5x slower
-                xloop(out.ravel(), y.ravel(), ys == n, *p)
+                L.xloop(out.ravel(), y.ravel(), ys == n, *p)
             elif out is y:
-                yloop(x.ravel(), out.ravel(), xs == n, *p)
+                L.yloop(x.ravel(), out.ravel(), xs == n, *p)
             else:
-                loop(x.ravel(), y.ravel(), out.ravel(), xs == n, ys == n, *p)
+                L.loop(x.ravel(), y.ravel(), out.ravel(), xs == n, ys == n, *p)
         elif incompatible is not None and out.ndim == 0:
             # The shape fn found the shapes incompatible and the op asked for a scalar answer.
             out[()] = incompatible
@@ -454,12 +480,12 @@ def _make_binary(entry, kind):
                 if xs == n:
                     x, y = x.reshape(m, k), y.ravel()
                     if out is inputs[0]:    # in place (see above)
-                        return blocks["x", "i"][par](x, y, inner, *p)
-                    return blocks["x", ""][par](x, y, out.reshape(m, k), inner, *p)
+                        return (L.pbix if par else L.bix)(x, y, inner, *p)
+                    return (L.pbx if par else L.bx)(x, y, out.reshape(m, k), inner, *p)
                 x, y = x.ravel(), y.reshape(m, k)
                 if out is inputs[1]:
-                    return blocks["y", "i"][par](x, y, inner, *p)
-                return blocks["y", ""][par](x, y, out.reshape(m, k), inner, *p)
+                    return (L.pbiy if par else L.biy)(x, y, inner, *p)
+                return (L.pby if par else L.by)(x, y, out.reshape(m, k), inner, *p)
             else:
                 u = _ufunc(f, entry, x.dtype)
                 with np.errstate(all="ignore"):
