@@ -22,46 +22,59 @@ FLOATS = (np.float32, np.float64)
 PARALLEL_MIN = 1 << 16       # output elements (times window size for the gradients)
 
 
-@njit(inline="always")
-def _same(v):
-    return v
-
-
-def _max_pool_of(widen, narrow, direct):
-    """MaxPool over values read through `widen` and written through `narrow`. `direct` (float32,
-    float64: both the identity): the maximum kept in the output row itself. Else (float16,
-    bfloat16 bit patterns as uint16) the values are widened to float32 in registers (exact) and
-    the maximum narrowed back (exact: it is one of them, or the type's lowest), so no array is
-    widened or rounded (a 256x32x32x32 bfloat16 pool: 6.9 ms through float32 arrays, most of it
-    the two conversions, 3.0 ms this way)."""
-    def pool(x, out, KH, KW, sh, sw, pt, pl, lowest):
-        H, W, C = x.shape[1], x.shape[2], x.shape[3]
-        OH, OW = out.shape[1], out.shape[2]
-        low = widen(lowest)
-        for q in prange(out.shape[0] * OH):
-            row = np.full(C, low)      # the widened type
-            n = q // OH
-            oh = q - n * OH
-            h0 = oh * sh - pt
-            hs, he = max(h0, 0), min(h0 + KH, H)
-            for ow in range(OW):
-                w0 = ow * sw - pl
-                ws, we = max(w0, 0), min(w0 + KW, W)
-                o = out[n, oh, ow]
-                best = o if direct else row
-                for c in range(C):
-                    best[c] = low
-                for ih in range(hs, he):
-                    for iw in range(ws, we):
-                        src = x[n, ih, iw]
-                        for c in range(C):
-                            v = widen(src[c])
-                            if best[c] < v:
-                                best[c] = v
-                if not direct:
+def _max_pool(x, out, KH, KW, sh, sw, pt, pl, lowest):
+    H, W, C = x.shape[1], x.shape[2], x.shape[3]
+    OH, OW = out.shape[1], out.shape[2]
+    for q in prange(out.shape[0] * OH):
+        n = q // OH
+        oh = q - n * OH
+        h0 = oh * sh - pt
+        hs, he = max(h0, 0), min(h0 + KH, H)
+        for ow in range(OW):
+            w0 = ow * sw - pl
+            ws, we = max(w0, 0), min(w0 + KW, W)
+            o = out[n, oh, ow]
+            for c in range(C):
+                o[c] = lowest
+            for ih in range(hs, he):
+                for iw in range(ws, we):
+                    src = x[n, ih, iw]
                     for c in range(C):
-                        o[c] = narrow(best[c])
-    return pool
+                        v = src[c]
+                        if o[c] < v:
+                            o[c] = v
+
+
+def _max_pool_bits(x, out, KH, KW, sh, sw, pt, pl, lowest, bf):
+    """_max_pool over float16 (bf False) or bfloat16 (bf True) bit patterns (uint16): values
+    widened to float32 in registers (exact), each window's maximum narrowed back (exact: it is
+    one of them, or the type's lowest), so no array is widened or rounded (a 256x32x32x32
+    bfloat16 pool: 6.9 ms through float32 arrays, most of it the two conversions, 3.0 ms this
+    way). A module-level function of its own: numba does not cache closures."""
+    H, W, C = x.shape[1], x.shape[2], x.shape[3]
+    OH, OW = out.shape[1], out.shape[2]
+    low = bf2f(lowest) if bf else h2f(lowest)
+    for q in prange(out.shape[0] * OH):
+        best = np.empty(C, np.float32)
+        n = q // OH
+        oh = q - n * OH
+        h0 = oh * sh - pt
+        hs, he = max(h0, 0), min(h0 + KH, H)
+        for ow in range(OW):
+            w0 = ow * sw - pl
+            ws, we = max(w0, 0), min(w0 + KW, W)
+            for c in range(C):
+                best[c] = low
+            for ih in range(hs, he):
+                for iw in range(ws, we):
+                    src = x[n, ih, iw]
+                    for c in range(C):
+                        v = bf2f(src[c]) if bf else h2f(src[c])
+                        if best[c] < v:
+                            best[c] = v
+            o = out[n, oh, ow]
+            for c in range(C):
+                o[c] = f2bf(best[c]) if bf else f2h(best[c])
 
 
 def _avg_pool(x, out, KH, KW, sh, sw, pt, pl):
@@ -178,11 +191,10 @@ def _pair(fn):
             jit.parallel(fn, error_model="numpy"))
 
 
-_MAX, _AVG, _MAXG, _AVGG = (_pair(f) for f in (_max_pool_of(_same, _same, True), _avg_pool,
-                                               _max_pool_grad, _avg_pool_grad))
-# float16 / bfloat16 max pools on bit patterns: dtype name -> (kernels, the dtype's lowest bits)
-_MAX_HALF = {"float16": (_pair(_max_pool_of(h2f, f2h, False)), np.uint16(0xFBFF)),
-             "bfloat16": (_pair(_max_pool_of(bf2f, f2bf, False)), np.uint16(0xFF7F))}
+_MAX, _AVG, _MAXG, _AVGG, _MAXB = (_pair(f) for f in (_max_pool, _avg_pool, _max_pool_grad,
+                                                      _avg_pool_grad, _max_pool_bits))
+# float16 / bfloat16 max pools on bit patterns: dtype name -> (the dtype's lowest bits, bf)
+_MAX_HALF = {"float16": (np.uint16(0xFBFF), False), "bfloat16": (np.uint16(0xFF7F), True)}
 
 
 def _pick(pair, work):
@@ -224,9 +236,9 @@ def max_pool_half(inputs, outputs, attrs):
     fmt, g = _window(x.shape, attrs, "MaxPool", x.dtype)
     if out.size == 0:
         return
-    pair, lowest = _MAX_HALF[x.dtype.name]
+    lowest, bf = _MAX_HALF[x.dtype.name]
     dst, finish = nhwc_out(out.view(np.uint16), fmt)
-    _pick(pair, out.size)(nhwc_in(x.view(np.uint16), fmt), dst, *_args(g), lowest)
+    _pick(_MAXB, out.size)(nhwc_in(x.view(np.uint16), fmt), dst, *_args(g), lowest, bf)
     finish()
 
 
