@@ -10,7 +10,9 @@ import tf_backend
 from tf_backend import numerics, runtime, zoo
 from tf_backend.runtime import ProgramRunError
 
-from .strict_device import HostAccess, StrictDevice
+from tf_backend.devices import Capabilities
+
+from .strict_device import CPU, HostAccess, StrictDevice
 from .test_export import SMALL, _export_zoo
 
 
@@ -328,3 +330,25 @@ def test_big_zoo_functions_run_on_the_strict_device(tf):
         for name, fn, x, ref in funcs:
             err = numerics.compare(fn(x).numpy(), ref, "reduction", BIG[name])
             assert err is None, (name, err)
+
+
+class _NoBoolDevice(StrictDevice):
+    """No bool buffers: predicates stay TensorFlow's values, read on the host as they are."""
+    capabilities = Capabilities(tuple(d for d in CPU if d != "bool"), host_memory=False)
+
+
+def test_control_flow_with_predicates_the_device_cannot_hold(tf):
+    @tf.function
+    def f(x):
+        y = tf.cond(tf.reduce_sum(x) > 0, lambda: x * 2.0, lambda: x - 1.0)
+        _, s = tf.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s * 1.5), (0, y))
+        return s
+
+    xs = [np.ones(4, np.float32), -np.ones(4, np.float32)]
+    refs = [f(x).numpy() for x in xs]
+    tf_backend.reset_stats()
+    with tf_backend.enabled(device=_NoBoolDevice()):
+        for x, ref in zip(xs, refs):
+            np.testing.assert_allclose(f(x).numpy(), ref, rtol=1e-6)
+    reasons = tf_backend.stats()["ops"]["Greater"]["reasons"]
+    assert reasons == {"device:strict:dtype": 2}, reasons

@@ -313,30 +313,40 @@ class Bound:
         return [vals[s] for s in self.program.outputs]
 
 
-def _truth(device, buf):
+def _truth(read, buf):
     """TensorFlow's If/While condition rule on a predicate read on the host: scalars by value,
     other tensors by non-emptiness."""
-    a = device.copy_out(buf)
+    a = read(buf)
     return bool(a) if a.ndim == 0 else a.size > 0
 
 
+def _reader(bound, slot):
+    """How a control-flow node reads its predicate or branch index on the host: through the
+    device, or as it is where the slot holds a host value (a dtype the device does not take,
+    program.on_device)."""
+    on = getattr(bound.program, "on_device", None)
+    return bound.device.copy_out if on is None or slot in on else np.asarray
+
+
 def _control_step(node, subs, bound):
-    device = bound.device
     count = bound.tensorflow.count if bound.tensorflow is not None else None
     kind = node.kind
     if kind == "if":
         then, other = subs
+        read = _reader(bound, node.inputs[0])
 
         def run_if(ins):
-            sub = then if _truth(device, ins[0]) else other
+            sub = then if _truth(read, ins[0]) else other
             out = sub.call(ins[1:])
             if count:
                 count(sub.program, 1)
             return out
         return run_if
     if kind == "case":
+        read = _reader(bound, node.inputs[0])
+
         def run_case(ins):
-            i = int(device.copy_out(ins[0]))
+            i = int(read(ins[0]))
             sub = subs[i] if 0 <= i < len(subs) else subs[-1]
             out = sub.call(ins[1:])
             if count:
@@ -344,13 +354,14 @@ def _control_step(node, subs, bound):
             return out
         return run_case
     cond, body = subs
+    read = _reader(cond, cond.program.outputs[0])
 
     def run_while(ins):
         loop, conds, bodies = list(ins), 0, 0
         try:
             while True:
                 conds += 1
-                if not _truth(device, cond.call(loop)[0]):
+                if not _truth(read, cond.call(loop)[0]):
                     return loop
                 bodies += 1
                 loop = body.call(loop)
