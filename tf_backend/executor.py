@@ -123,16 +123,9 @@ BLAS_OPS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D",
             "Conv2DBackpropInput", "Conv2DBackpropFilter", "Einsum"}
 
 
-@functools.cache
-def _blas():
-    """The host device's "blas" library (its OpenBLAS hold), or None."""
-    return devices.library("blas")
-
-
-@functools.cache
-def _loops():
-    """The host device's "loops" library (compiled loops and regions), or None."""
-    return devices.library("loops")
+# The host device's libraries ("blas": its OpenBLAS hold; "loops": compiled loops and regions),
+# looked up once: regions and loops ask per run
+_library = functools.cache(devices.library)
 
 
 def _heavy_enter(node):
@@ -146,7 +139,7 @@ def _heavy_enter(node):
         return None
     blas = None
     if node.op.split("+", 1)[0] in BLAS_OPS:
-        blas = _blas()
+        blas = _library("blas")
         if blas is not None:
             blas.single_thread_enter()
     return blas, _numba_threads(1)
@@ -434,7 +427,7 @@ def run(prog, args, threads_pool=None, serial=False):
     threads = _numba_threads(1) if not serial and p.size == 0 else None
     # numpy's OpenBLAS held to one thread for the whole run (every product of ours runs it so):
     # one switch of its count per call instead of two per product (1% of a GEMM chain)
-    blas = None if serial else _blas()
+    blas = None if serial else _library("blas")
     if blas is not None:
         blas.single_thread_enter()
     try:
@@ -673,7 +666,7 @@ def _call_compiled(node, got, args):
     """The function's results on `args`, or None: it is compiling (a background compile starts
     on the first call in "async" mode), it does not compile, or it raised (with FTZ/DAZ set:
     MXCSR is restored; the interpreter then runs the node and raises TensorFlow's error)."""
-    loops = _loops()
+    loops = _library("loops")
     if got.state == "new" and LOOP_COMPILE == "async":
         got.state = "compiling"
         with _pending_lock:
@@ -712,7 +705,7 @@ def _compiled_loop(node, vals):
     """Run a While through its compiled function (the host device's "loops" library): None when
     the device declines the loop, it is still compiling, or the function raised on these inputs
     (the interpreter then runs the loop from the same inputs and raises TensorFlow's error)."""
-    loops = _loops()
+    loops = _library("loops")
     got = _built(node, loops.build) if loops is not None else None
     if got is None or got.state == "compiling":
         return None
@@ -790,7 +783,7 @@ def _compile_loop(node, got, args):
 
 
 def _compile_loop_body(node, got, args):
-    loops = _loops()
+    loops = _library("loops")
     t0 = time.perf_counter()
     try:
         sig = tuple(numba.typeof(a) for a in args)
@@ -808,7 +801,7 @@ def _region(node, vals):
     """A compiled region's function on its inputs; its nodes one by one until the function is
     compiled (a child process, as for loops), where the device declines it, or where it raised
     (the nodes then raise TensorFlow's error)."""
-    loops = _loops()
+    loops = _library("loops")
     got = _built(node, loops.build_region) if loops is not None else None
     if got is not None and got.state != "compiling":
         types = node.spec.types

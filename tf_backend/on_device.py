@@ -10,8 +10,6 @@ iterators, random ops, ops the device has no kernel for, kernels that decline th
 run time) copy their device inputs out, run on TensorFlow, and copy their outputs in: the only
 places where values cross, besides the boundary and the predicates of control flow.
 """
-import numpy as np
-
 from . import executor, ledger
 from . import tf_adapter as tfa
 from .program import lower, passes
@@ -102,10 +100,9 @@ class TensorFlowNodes:
     def declined(self, node, bound, args, reason):
         """A kernel declined these inputs (Unsupported): TensorFlow's kernel runs them, counted
         with the reason; the outputs go into fresh device buffers (the node's slots are owned)."""
-        ledger.fallback(node.op, f"runtime:{reason}")
         host = self._host_inputs(node, bound.program)(args)
         outs = []
-        for t in executor._stock(node, host):
+        for t in executor.declined(node, host, reason):
             a = tfa.to_numpy(t)
             buf = self.device.allocate(a.shape, a.dtype)
             self.device.copy_into(buf, a)
@@ -133,6 +130,6 @@ def run(bound, args):
         if s in on:
             mine = owned[s] and id(v) not in seen
             seen.add(id(v))
-            v = tfa.make_tensor_any(np.asarray(device.copy_out(v, owned=mine)))
+            v = tfa.make_tensor_any(device.copy_out(v, owned=mine))
         result.append(v)
     return result

@@ -49,11 +49,7 @@ def _device(device):
     if device is None:
         return None
     from . import devices
-    dev = devices.get(device) if isinstance(device, str) else devices.check(device, repr(device))
-    dev.load()
-    if not dev.capabilities.supports_programs:
-        raise devices.DeviceError(f"device {dev.name!r} does not run programs")
-    return dev
+    return devices.for_programs(device)
 
 
 def disable():

@@ -275,7 +275,7 @@ def _load_generated():
 
 GEN = _load_generated()
 _ufuncs = {}
-_ufunc_lock = threading.Lock()
+_build_lock = threading.Lock()
 
 
 class _Loops:
@@ -289,7 +289,7 @@ class _Loops:
     def __getattr__(self, name):
         import numba
         fn = getattr(GEN, f"{self._prefix}_{name}")
-        with _ufunc_lock:
+        with _build_lock:
             d = self.__dict__.get(name)
             if d is None:
                 d = numba.njit(cache=True, nogil=True, parallel=fn.parallel,
@@ -307,7 +307,7 @@ def _ufunc(fname, entry, dtype):
     u = _ufuncs.get(key)
     if u is None:
         import numba
-        with _ufunc_lock:
+        with _build_lock:
             u = _ufuncs.get(key)
             if u is None:
                 nb = numba.from_dtype(dtype)

@@ -216,29 +216,22 @@ def _window(x_shape, attrs, op, dtype):
     return fmt, g
 
 
-@kernel("MaxPool", dtypes=FLOATS)
+@kernel("MaxPool", dtypes=FLOATS + tuple(_MAX_HALF))
 def max_pool(inputs, outputs, attrs):
+    """From the dtype's lowest value, NaN never wins; exact (float16/bfloat16 on their bit
+    patterns: _max_pool_bits)."""
     x = inputs[0]
     out = outputs[0]
     fmt, g = _window(x.shape, attrs, "MaxPool", x.dtype)
     if out.size == 0:
         return
+    half = _MAX_HALF.get(x.dtype.name)
+    if half is None:
+        pool, extra = _MAX, (x.dtype.type(np.finfo(x.dtype).min),)
+    else:
+        pool, extra, x, out = _MAXB, half, x.view(np.uint16), out.view(np.uint16)
     dst, finish = nhwc_out(out, fmt)
-    _pick(_MAX, out.size)(nhwc_in(x, fmt), dst, *_args(g), x.dtype.type(np.finfo(x.dtype).min))
-    finish()
-
-
-@kernel("MaxPool", dtypes=("float16", "bfloat16"))
-def max_pool_half(inputs, outputs, attrs):
-    """As stock's half MaxPool: from the type's lowest value, NaN never wins; exact."""
-    x = inputs[0]
-    out = outputs[0]
-    fmt, g = _window(x.shape, attrs, "MaxPool", x.dtype)
-    if out.size == 0:
-        return
-    lowest, bf = _MAX_HALF[x.dtype.name]
-    dst, finish = nhwc_out(out.view(np.uint16), fmt)
-    _pick(_MAXB, out.size)(nhwc_in(x.view(np.uint16), fmt), dst, *_args(g), lowest, bf)
+    _pick(pool, out.size)(nhwc_in(x, fmt), dst, *_args(g), *extra)
     finish()
 
 

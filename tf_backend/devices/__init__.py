@@ -83,6 +83,15 @@ def host():
     return get("cpu")
 
 
+def for_programs(device):
+    """`device` (a name, or a Device) loaded and able to run programs; DeviceError otherwise."""
+    dev = get(device) if isinstance(device, str) else check(device, repr(device))
+    dev.load()
+    if not dev.capabilities.supports_programs:
+        raise DeviceError(f"device {dev.name!r} does not run programs")
+    return dev
+
+
 def library(name):
     """The host device's implementation of a runtime service (Device.library), or None."""
     return host().library(name)

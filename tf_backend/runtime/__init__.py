@@ -17,10 +17,7 @@ def load(path, device="cpu", dtype=None, replay=True):
     given in `dtype`. replay: let a device that records runs (CUDA graphs) replay them.
     """
     from . import format as fmt
-    dev = devices.get(device) if isinstance(device, str) else device
-    dev.load()
-    if not dev.capabilities.supports_programs:
-        raise devices.DeviceError(f"device {dev.name!r} does not run programs")
+    dev = devices.for_programs(device)
     header, blobs = fmt.read(path)
     if dtype is not None:
         header, blobs = fmt.retype(header, blobs, "float32", dtype)

@@ -330,29 +330,25 @@ def _reader(bound, slot):
 
 def _control_step(node, subs, bound):
     count = bound.tensorflow.count if bound.tensorflow is not None else None
-    kind = node.kind
-    if kind == "if":
-        then, other = subs
+    if node.kind in ("if", "case"):
         read = _reader(bound, node.inputs[0])
+        if node.kind == "if":
+            then, other = subs
 
-        def run_if(ins):
-            sub = then if _truth(read, ins[0]) else other
+            def pick(v):
+                return then if _truth(read, v) else other
+        else:
+            def pick(v):
+                i = int(read(v))
+                return subs[i] if 0 <= i < len(subs) else subs[-1]
+
+        def run_branch(ins):
+            sub = pick(ins[0])
             out = sub.call(ins[1:])
             if count:
                 count(sub.program, 1)
             return out
-        return run_if
-    if kind == "case":
-        read = _reader(bound, node.inputs[0])
-
-        def run_case(ins):
-            i = int(read(ins[0]))
-            sub = subs[i] if 0 <= i < len(subs) else subs[-1]
-            out = sub.call(ins[1:])
-            if count:
-                count(sub.program, 1)
-            return out
-        return run_case
+        return run_branch
     cond, body = subs
     read = _reader(cond, cond.program.outputs[0])
 
