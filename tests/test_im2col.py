@@ -1,7 +1,8 @@
 """The contiguous-run im2col (kernels/cpu/conv_ops.py, dw == 1) against the per-tap one, without
 TensorFlow (the op table checks the convolutions against stock): the same patch matrix for
 strides, row dilation, padding on every side, partial windows at the borders, several images
-and a chunk that starts past the first image row."""
+and a chunk that starts past the first image row. The input gradient in blocks of whole images
+against the chunked path and an exact sum."""
 import numpy as np
 import pytest
 
@@ -65,3 +66,56 @@ def test_forward_conv_in_chunks_matches_one_chunk(monkeypatch):
         np.testing.assert_allclose(out, exact, rtol=1e-5, atol=1e-4)
         # OpenBLAS's AVX2 build takes a small-matrix kernel for short chunks (other roundings)
         np.testing.assert_allclose(out, outs[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geom", [((9, 13, 13, 32), (3, 3, 32, 64), 1, 0, 1),     # VALID
+                                  ((12, 10, 10, 32), (3, 3, 32, 64), 1, 1, 1),    # 2 images a block (float32)
+                                  ((16, 16, 15, 16), (3, 3, 16, 24), 2, 1, 1),    # stride 2
+                                  ((6, 14, 14, 16), (3, 3, 16, 8), 1, 2, 2)])     # row dilation
+def test_backprop_input_blocks(geom, dtype):
+    """Conv2DBackpropInput in blocks of whole images (one BLAS product and col2im per block in
+    its thread's buffer) against the chunked path and an exact float64 col2im; the blocks
+    depend on the shape only, so one and two threads give the same bits."""
+    import numba
+    import types as pytypes
+    xs, fs, s, pad, dh = geom
+    rng = np.random.default_rng(2)
+    f = rng.standard_normal(fs).astype(dtype)
+    N, H, W, C = xs
+    KH, KW = fs[:2]
+    OH = (H + 2 * pad - dh * (KH - 1) - 1) // s + 1
+    OW = (W + 2 * pad - (KW - 1) - 1) // s + 1
+    dy = rng.standard_normal((N, OH, OW, fs[3])).astype(dtype)
+    g = pytypes.SimpleNamespace(kh=KH, kw=KW, sh=s, sw=s, dh=dh, dw=1, pt=pad, pl=pad, pb=pad,
+                                pr=pad, oh=OH, ow=OW)
+    keep = (f.copy(), dy.copy())
+    before = numba.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, before):
+            numba.set_num_threads(threads)
+            dx = np.full(xs, np.nan, dtype)
+            assert conv_ops._backprop_input_by_blocks(f, dy, dx, g)
+            outs.append(dx)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    exact = np.zeros((N, H + 2 * pad, W + 2 * pad, C))
+    for kh in range(KH):
+        for kw in range(KW):
+            part = dy.astype(np.float64) @ f[kh, kw].astype(np.float64).T
+            exact[:, kh * dh:kh * dh + s * (OH - 1) + 1:s, kw:kw + s * (OW - 1) + 1:s] += part
+    exact = exact[:, pad:pad + H, pad:pad + W]
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(outs[0], exact, rtol=tol, atol=tol * np.abs(exact).max())
+    old = conv_ops.BLOCKS_ENABLED
+    conv_ops.BLOCKS_ENABLED = False
+    try:
+        chunked = np.full(xs, np.nan, dtype)
+        conv_ops.backprop_input_nhwc(f, dy, chunked, g)
+    finally:
+        conv_ops.BLOCKS_ENABLED = old
+    np.testing.assert_allclose(outs[0], chunked, rtol=tol, atol=tol * np.abs(exact).max())
+    np.testing.assert_array_equal(f, keep[0])
+    np.testing.assert_array_equal(dy, keep[1])

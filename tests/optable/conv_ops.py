@@ -152,6 +152,18 @@ def bi_samples(dt, rng):
     dy = dy.copy()
     dy[0, 3, 4, 5] = np.inf
     out.append(([1, 18, 17, 16], _x(rng, (3, 3, 16, 16), dt), dy, S1, "VALID", S1, ()))
+    # whole images per block (conv_ops' _backprop_input_by_blocks): a Keras MNIST CNN's 13x13
+    # (one image a block, a partial last block of images), two 9x9 images a block, stride 2,
+    # row dilation, and an Inf in dy
+    for xs, fs, st, pad, dil in (((9, 13, 13, 32), (3, 3, 32, 64), S1, "VALID", S1),
+                                 ((12, 9, 9, 32), (3, 3, 32, 64), S1, "SAME", S1),
+                                 ((16, 16, 15, 16), (3, 3, 16, 24), [1, 2, 2, 1], "SAME", S1),
+                                 ((6, 14, 14, 16), (3, 3, 16, 8), S1, "SAME", [1, 2, 1, 1])):
+        dy = _x(rng, _out_shape(xs, fs, st, pad, dil, ()), dt)
+        out.append((list(xs), _x(rng, fs, dt), dy, st, pad, dil, ()))
+    dy = dy.copy()
+    dy[1, 2, 3, 4] = np.inf
+    out.append(([6, 14, 14, 16], _x(rng, (3, 3, 16, 8), dt), dy, S1, "SAME", [1, 2, 1, 1], ()))
     return out
 
 
