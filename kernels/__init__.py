@@ -23,7 +23,7 @@ DEVICE_MODULES = {"cuda": (
     "elementwise", "math_ops", "reduction_ops", "matmul_ops", "array_ops", "array_concat_ops",
     "array_index_ops", "strided_slice", "nn_ops", "conv_ops", "pooling_ops",
     "gather_scatter_ops", "scan_ops", "misc_math_ops", "image_ops", "einsum_ops", "norm_ops",
-    "depthwise_ops", "loss_ops", "conv3d_ops",
+    "depthwise_ops", "loss_ops", "conv3d_ops", "random_ops",
     "half_ops",   # last: wraps float32 kernels registered by the modules above
 )}
 _loaded = set()
@@ -78,7 +78,8 @@ HOST_INPUTS = {
     "Conv3DBackpropInputV2": (0,), "Conv3DBackpropFilterV2": (1,),
     "SpaceToBatchND": (1, 2), "BatchToSpaceND": (1, 2), "InTopKV2": (2,),
     "DepthwiseConv2dNativeBackpropInput": (0,), "DepthwiseConv2dNativeBackpropFilter": (1,),
-    "BroadcastGradientArgs": (0, 1),
+    "BroadcastGradientArgs": (0, 1), "StatelessRandomUniformV2": (0, 3),
+    "StatelessRandomGetKeyCounter": (0,),
 }
 
 

@@ -10,7 +10,7 @@ MODULES = (
     "math_ops", "reduction_ops", "matmul_ops", "array_ops", "array_concat_ops",
     "array_index_ops", "strided_slice", "nn_ops", "conv_ops", "pooling_ops",
     "gather_scatter_ops", "scan_ops", "misc_math_ops", "image_ops", "einsum_ops", "norm_ops",
-    "depthwise_ops", "loss_ops",
+    "depthwise_ops", "loss_ops", "random_ops",
 )
 _loaded = False
 

@@ -73,7 +73,7 @@ ResizeBilinearGrad ResizeNearestNeighbor ResizeNearestNeighborGrad ReverseV2 Rig
 RsqrtGrad ScatterNd Select SelectV2 SeluGrad SigmoidGrad Softmax SoftmaxCrossEntropyWithLogits SoftplusGrad
 SoftsignGrad SparseSoftmaxCrossEntropyWithLogits SqrtGrad SquaredDifference Squeeze
 StridedSliceGrad Sub Sum TanhGrad TensorScatterAdd TensorScatterSub TensorScatterUpdate Tile TopKV2 Transpose TruncateDiv TruncateMod Unpack
-UnsortedSegmentSum Where Xdivy Xlog1py Xlogy""".split())
+UnsortedSegmentSum Where Xdivy Xlog1py Xlogy StatelessRandomGetKeyCounter StatelessRandomUniformV2""".split())
 
 
 # ops whose error words are stock's where oneDNN does not run the dtype (TensorFlow's generic

@@ -12,7 +12,7 @@ import numpy as np
 MODULES = (
     "math_ops", "reduction_ops", "matmul_ops", "array_ops", "array_index_ops", "nn_ops",
     "conv_ops", "pooling_ops", "gather_scatter_ops", "scan_ops", "misc_math_ops", "image_ops",
-    "einsum_ops", "norm_ops", "depthwise_ops", "loss_ops",
+    "einsum_ops", "norm_ops", "depthwise_ops", "loss_ops", "random_ops",
 )
 
 
