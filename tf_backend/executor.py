@@ -197,8 +197,24 @@ DRIVERS = True     # serial runs through generated drivers (program/driver.py); 
 def _driver(prog):
     from .program import driver
     prog.driver = d = driver.build(prog, step, declined, as_numpy, alloc.empty, _view, VIEW_OPS,
-                                   alloc.SMALL_BYTES, alloc.POOL_MIN)
+                                   alloc.SMALL_BYTES, alloc.POOL_MIN,
+                                   (_direct_tensorflow, tfa.execute_stock, as_tensor,
+                                    tfa.read_variables))
     return d
+
+
+def _direct_tensorflow(node):
+    """"stock" or "reads" for a TensorFlow node a generated driver may run itself, exactly as
+    `_tensorflow_node` would: not a loop-invariant read (kept per loop run), an XLA-compiled
+    call or an op with kernel state (their own functions)."""
+    if node.attrs.get("loop_invariant"):
+        return None
+    if node.kind == "reads":
+        return "reads"
+    if (node.kind == "stock" and node.attrs.get("xla_function") is None
+            and node.op not in tfa.KERNEL_STATE_OPS):
+        return "stock"
+    return None
 
 
 class _Run:

@@ -4,8 +4,11 @@ The interpreter (executor.step) decides per node and per call what a node is: it
 its inputs failed, whether it is a view, runs in place or in shadow mode, how its outputs are
 allocated. All of that is known once the passes are done, so each program gets a function that
 does only what its nodes need: kernels bound as constants, static output shapes as literals,
-drops after last use as plain stores. Kinds with TensorFlow or control flow inside (stock,
-reads, memo, if, case, while) call the interpreter's step for that node.
+drops after last use as plain stores. A plain TensorFlow node (one op, a batched variable read)
+is one call into TensorFlow from the top of a chunk of its own (TensorFlow's stack capture on
+every eager op is cheaper the fewer and shorter the frames it scans); other kinds with
+TensorFlow or control flow inside (memo, if, case, while, XLA calls, kernel-state ops) call the
+interpreter's step for that node.
 
 Errors stay values: a node that raises returns (node index, exception) to the caller, which
 records it and continues with the interpreter from the next node (dependents are skipped there,
@@ -38,10 +41,12 @@ def _internal(prog):
     return out
 
 
-def source(prog, view, view_ops, small_bytes=0, plain_below=0):
+def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None):
     """(python source of `drive(vals, failed)`, constants it binds by name). Outputs under
     `small_bytes`, and those under `plain_below` that only our nodes read, are plain np.empty
-    (aligned allocation is for buffers TensorFlow takes without a copy)."""
+    (aligned allocation is for buffers TensorFlow takes without a copy). `direct(node)`:
+    "stock" or "reads" for a TensorFlow node the driver runs itself (XS: one op on TensorFlow's
+    kernel, RV: a batched variable read), None for the interpreter's step."""
     env = {}
     blocks = []   # per node: its lines in the driver
     drops = prog.drops
@@ -111,6 +116,15 @@ def source(prog, view, view_ops, small_bytes=0, plain_below=0):
             arrays = "[" + ", ".join(f"({v} if type({v}) is HL else AS({v}))" for v in ins) + "]"
             body += reads + [f"o = {bind(n.fn, 'F', i)}({arrays}, {bind(n.attrs, 'A', i)})"]
             body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
+        elif direct is not None and direct(n) == "stock":
+            ts = "[" + ", ".join(f"AT(vals[{s}])" for s in n.inputs) + "]"
+            body.append(f"o = XS({bind(n.op, 'OP', i)}, {ts}, {bind(n.raw_attrs, 'RA', i)}, "
+                        f"{len(outs)})")
+            body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
+        elif direct is not None and direct(n) == "reads":
+            hs = "[" + ", ".join(f"vals[{s}]" for s in n.inputs) + "]"
+            body.append(f"o = RV({hs}, {bind(n.raw_attrs, 'RA', i)})")
+            body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
         else:   # TensorFlow inside, control flow, dynamic shapes: the interpreter's step
             body += [f"STEP({bind(n, 'N', i)}, vals, failed)", "if failed:",
                      f"    return {i + 1}, None"]
@@ -145,7 +159,7 @@ CHUNK = 24
 def _chunked(blocks):
     parts = []
     for b in blocks:
-        tf_node = any("STEP(" in line for line in b)
+        tf_node = any(("STEP(" in line or "XS(" in line or "RV(" in line) for line in b)
         if not parts or len(parts[-1]) >= CHUNK or (tf_node and parts[-1]):
             parts.append([])
         parts[-1].append(b)
@@ -162,13 +176,17 @@ def _chunked(blocks):
     return "\n".join(lines + calls) + "\n"
 
 
-def build(prog, step, declined, as_numpy, empty, view, view_ops, small_bytes=0, plain_below=0):
+def build(prog, step, declined, as_numpy, empty, view, view_ops, small_bytes=0, plain_below=0,
+          tensorflow=None):
     """The compiled driver of a finalized program: drive(vals, failed) -> None when every node
     ran, or (index, exception): node `index` raised `exception` (None: the interpreter already
-    recorded a failure before node `index`). `view(node, arrays)` runs a view op."""
-    src, env = source(prog, view, view_ops, small_bytes, plain_below)
+    recorded a failure before node `index`). `view(node, arrays)` runs a view op.
+    `tensorflow`: (direct, execute, as_tensor, read_variables) to run plain TensorFlow nodes
+    without the interpreter's frames under TensorFlow's stack capture (see `source`)."""
+    direct, xs, at, rv = tensorflow if tensorflow is not None else (None, None, None, None)
+    src, env = source(prog, view, view_ops, small_bytes, plain_below, direct)
     env.update(ND=BUFFER, HL=HostList, AS=as_numpy, EMPTY=empty, NPEMPTY=np.empty, STEP=step,
-               DECLINED=declined, UNSUPPORTED=Unsupported)
+               DECLINED=declined, UNSUPPORTED=Unsupported, XS=xs, AT=at, RV=rv)
     code = compile(src, f"<driver {prog.name}>", "exec")
     exec(code, env)
     drive = env["drive"]
