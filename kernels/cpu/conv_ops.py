@@ -200,6 +200,16 @@ _col2im_s = njit(cache=True, nogil=True)(_col2im)
 _col2im_p = jit.parallel(_col2im)
 
 
+def _readonly(a):
+    """`a` as a read-only view: the patch builders then see one array type whether the input is
+    TensorFlow's memory (read-only to us) or our own buffer, and numba compiles them once
+    (each parallel specialisation is ~1.8 s of a first run's compiles)."""
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
 def _im2col_fn(g, size):
     if g.dw == 1:
         return _runs_p if size >= PARALLEL_MIN else _runs_s
@@ -252,11 +262,11 @@ def conv_nhwc(x, f, out, g, filter_is_variable=False):
     step = min(step, Q)
     cols = scratch((step * OW, K), x.dtype, "cols")
     cols3 = cols.reshape(step * OW, KH * KW, C)
-    im2col = _im2col_fn(g, cols.size)
+    im2col, xr = _im2col_fn(g, cols.size), _readonly(x)
     for q0 in range(0, Q, step):
         q1 = min(Q, q0 + step)
         m = (q1 - q0) * OW
-        im2col(x, cols3, q0, q1, OH, OW, *_geom_args(g))
+        im2col(xr, cols3, q0, q1, OH, OW, *_geom_args(g))
         gemm.matmul(cols[:m], w2, o2[q0 * OW:q1 * OW], filter_is_variable)
 
 
@@ -321,9 +331,9 @@ def backprop_filter_nhwc(x, dy, df, g):
     step = min(Q, max(1, COLS_MAX_BYTES // (OW * K * x.itemsize)))
     cols = scratch((step * OW, K), x.dtype, "cols")
     cols3 = cols.reshape(step * OW, KH * KW, C)
-    im2col = _im2col_fn(g, cols.size)
+    im2col, xr = _im2col_fn(g, cols.size), _readonly(x)
     filter_grad_chunks(cols, dy2, df2, Q, step, OW,
-                       lambda q0, q1: im2col(x, cols3, q0, q1, OH, OW, *_geom_args(g)))
+                       lambda q0, q1: im2col(xr, cols3, q0, q1, OH, OW, *_geom_args(g)))
 
 
 def filter_grad_chunks(cols, dy2, df2, Q, step, OW, fill):

@@ -20,7 +20,6 @@ _MASK = np.uint64(0xFFFFFFFF)
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85)
 PHILOX, AUTO_SELECT = 1, 3
-PARALLEL_MIN = 1 << 15         # outputs below which one thread is faster
 
 
 def _philox(c0, c1, c2, c3, k0, k1):
@@ -93,7 +92,8 @@ def _fill(out, lo, hi, k0, k1, kind):
                     out[i] = np.float32(np.uint32(vals[j]) & mbits) * scale
 
 
-_fill_s = njit(cache=True, nogil=True)(_fill)
+# one compiled form for every size (a serial one too cost another 1.1 s of a first run's
+# compiles, for Keras' initializers' small draws)
 _fill_p = jit.parallel(_fill)
 _KIND = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
 
@@ -117,8 +117,7 @@ def uniform_v2(inputs, outputs, attrs):
     kind = _KIND[out.dtype.name]
     flat = out.reshape(-1)
     dst = flat if kind < 2 else np.empty(out.size, np.float32)
-    fill = _fill_p if out.size >= PARALLEL_MIN else _fill_s
-    fill(dst, *_key_counter(key, counter), kind)
+    _fill_p(dst, *_key_counter(key, counter), kind)
     if dst is not flat:
         flat[...] = dst        # exact: at most 10 mantissa bits
 
