@@ -147,7 +147,7 @@ def _serialize(prog, cf, tf):
             raise ExportError(f"cannot export {prog.name}: {e}") from None
         nodes.append({"name": n.name, "op": n.op, "kind": n.kind, "inputs": list(n.inputs),
                       "outputs": list(n.outputs), "ctrl": [index[id(c)] for c in n.ctrl],
-                      "attrs": attrs, "where": n.where,
+                      "attrs": attrs, "where": str(n.where),
                       "out_specs": None if n.out_specs is None else
                       [[o.dtype.name, _shape(o.shape)] for o in n.out_specs]})
     specs = prog.slot_specs

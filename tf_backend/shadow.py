@@ -59,7 +59,7 @@ def check(op, inputs, ours, ref, where, ours_error=None, ref_error=None):
         _state["divergences"] += 1
         rec = {"op": op, "inputs": ", ".join(f"{a.dtype.name}[{','.join(map(str, a.shape))}]"
                                              for a in inputs),
-               "max_abs": err[0], "max_rel": err[1], "detail": detail, "where": where,
+               "max_abs": err[0], "max_rel": err[1], "detail": detail, "where": str(where),
                "seq": _state["checked"]}
         if len(_state["first"]) < KEEP:
             _state["first"].append(rec)

@@ -440,6 +440,37 @@ def function_graph(name, outer_graph=None):
     return function_def_to_graph.function_def_to_graph(fdef)
 
 
+class OpWhere:
+    """op_traceback_line(op), worked out when first read (str, bool, format): walking an op's
+    traceback cost ~0.15 ms an op, 66 ms of lowering a Keras MNIST training function, and only
+    an error message or a dump reads it."""
+    __slots__ = ("_op", "_text")
+
+    def __init__(self, op):
+        self._op, self._text = op, None
+
+    def __str__(self):
+        if self._text is None:
+            self._text = op_traceback_line(self._op)
+            self._op = None
+        return self._text
+
+    def __bool__(self):
+        return bool(str(self))
+
+    def __format__(self, spec):
+        return format(str(self), spec)
+
+    def __repr__(self):
+        return repr(str(self))
+
+    def __eq__(self, other):
+        return str(self) == str(other)
+
+    def __hash__(self):
+        return hash(str(self))
+
+
 def op_traceback_line(op):
     """'file:line in fn' of the user frame that created a graph op, or ''."""
     try:

@@ -126,7 +126,7 @@ def _lower_ops(prog, graph, env, ctrl_prefix, depth):
             ins.append(env[t.ref()])
         ctrl = [op_node[c.name] for c in op.control_inputs if c.name in op_node]
         ctrl += list(ctrl_prefix) if not op.inputs and not op.control_inputs else []
-        where = tfa.op_traceback_line(op)
+        where = tfa.OpWhere(op)
         if op.type in CALL_OPS and not tfa.call_must_compile(op):
             nodes = _inline_call(prog, graph, op, ins, ctrl, env, depth)
             added.extend(nodes)
