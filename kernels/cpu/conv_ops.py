@@ -85,39 +85,50 @@ def _im2col_runs(x, cols, q0, q1, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl):
                         dst[j] = 0
 
 
+def _pixel_grad(d, dcols, r0, ih, iw, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl):
+    """d <- the sum of input pixel (ih, iw)'s patch gradients over its taps; dcols (rows,
+    KH*KW, C) holds its image's output pixels from row r0."""
+    for c in range(d.shape[0]):
+        d[c] = 0
+    for kh in range(KH):
+        th = ih + pt - kh * dh
+        if th < 0 or th % sh != 0 or th // sh >= OH:
+            continue
+        oh = th // sh
+        for kw in range(KW):
+            tw = iw + pl - kw * dw
+            if tw < 0 or tw % sw != 0 or tw // sw >= OW:
+                continue
+            src = dcols[r0 + oh * OW + tw // sw, kh * KW + kw]
+            for c in range(d.shape[0]):
+                d[c] += src[c]
+
+
+_pixel_grad_j = njit(cache=True, nogil=True, inline="always")(_pixel_grad)
+
+
 def _col2im(dcols, dx, n0, n1, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl):
     """dx[n0:n1] <- sum of the patch gradients in dcols (rows, KH*KW, C) over each pixel's taps."""
-    H, W, C = dx.shape[1], dx.shape[2], dx.shape[3]
+    H, W = dx.shape[1], dx.shape[2]
     for p in prange((n1 - n0) * H):
         nl = p // H
         ih = p - nl * H
         for iw in range(W):
-            d = dx[n0 + nl, ih, iw]
-            for c in range(C):
-                d[c] = 0
-            for kh in range(KH):
-                th = ih + pt - kh * dh
-                if th < 0 or th % sh != 0 or th // sh >= OH:
-                    continue
-                oh = th // sh
-                for kw in range(KW):
-                    tw = iw + pl - kw * dw
-                    if tw < 0 or tw % sw != 0 or tw // sw >= OW:
-                        continue
-                    src = dcols[(nl * OH + oh) * OW + tw // sw, kh * KW + kw]
-                    for c in range(C):
-                        d[c] += src[c]
+            _pixel_grad_j(dx[n0 + nl, ih, iw], dcols, nl * OH * OW, ih, iw, OH, OW, KH, KW,
+                          sh, sw, dh, dw, pt, pl)
 
 
-def _backprop_input_blocks(dcols_all, dx, pdy, pw, N, G, OH, OW, KH, KW, sh, sw, dh, dw, pt,
-                           pl, CO, double):
+def _backprop_input_blocks(dcols_all, dcols3_all, dx, pdy, pw, N, G, OH, OW, KH, KW, sh, sw,
+                           dh, dw, pt, pl, CO, double):
     """dx <- col2im(dy @ w^T) in blocks of G whole images: a block's patch gradients go into
-    its thread's dcols (one BLAS call) and are summed into its own images' pixels there."""
+    its thread's dcols (one BLAS call; dcols3_all: the same buffers as (rows, KH*KW, C)) and
+    are summed into its own images' pixels there."""
     H, W, C = dx.shape[1], dx.shape[2], dx.shape[3]
     K = KH * KW * C
     it = 8 if double else 4
     for b in prange((N + G - 1) // G):
-        dcols = dcols_all[get_thread_id()]
+        tid = get_thread_id()
+        dcols = dcols_all[tid]
         n0 = b * G
         n1 = min(N, n0 + G)
         m = (n1 - n0) * OH * OW
@@ -131,22 +142,8 @@ def _backprop_input_blocks(dcols_all, dx, pdy, pw, N, G, OH, OW, KH, KW, sh, sw,
         for n in range(n0, n1):
             for ih in range(H):
                 for iw in range(W):
-                    d = dx[n, ih, iw]
-                    for c in range(C):
-                        d[c] = 0
-                    for kh in range(KH):
-                        th = ih + pt - kh * dh
-                        if th < 0 or th % sh != 0 or th // sh >= OH:
-                            continue
-                        oh = th // sh
-                        for kw in range(KW):
-                            tw = iw + pl - kw * dw
-                            if tw < 0 or tw % sw != 0 or tw // sw >= OW:
-                                continue
-                            src = dcols[((n - n0) * OH + oh) * OW + tw // sw]
-                            base = (kh * KW + kw) * C
-                            for c in range(C):
-                                d[c] += src[base + c]
+                    _pixel_grad_j(dx[n, ih, iw], dcols3_all[tid], (n - n0) * OH * OW, ih, iw,
+                                  OH, OW, KH, KW, sh, sw, dh, dw, pt, pl)
 
 
 _backprop_input_blocks_p = jit.parallel(_backprop_input_blocks)
@@ -185,8 +182,9 @@ def _backprop_input_by_blocks(f, dy, dx, g):
     dcols = scratch((T, G * OH * OW, K), dx.dtype, "block_cols")
     gemm.single_thread_enter()
     try:
-        _backprop_input_blocks_p(dcols, dx, dy.ctypes.data, f.ctypes.data, N, G, OH, OW,
-                                 *_geom_args(g), CO, dx.dtype == np.float64)
+        _backprop_input_blocks_p(dcols, dcols.reshape(T, G * OH * OW, KH * KW, C), dx,
+                                 dy.ctypes.data, f.ctypes.data, N, G, OH, OW, *_geom_args(g),
+                                 CO, dx.dtype == np.float64)
     finally:
         gemm.single_thread_exit()
     return True
