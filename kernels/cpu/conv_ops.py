@@ -118,17 +118,16 @@ def _col2im(dcols, dx, n0, n1, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl):
                           sh, sw, dh, dw, pt, pl)
 
 
-def _backprop_input_blocks(dcols_all, dcols3_all, dx, pdy, pw, N, G, OH, OW, KH, KW, sh, sw,
-                           dh, dw, pt, pl, CO, double):
+def _backprop_input_blocks(dcols_all, dx, pdy, pw, N, G, OH, OW, KH, KW, sh, sw, dh, dw, pt,
+                           pl, CO, double):
     """dx <- col2im(dy @ w^T) in blocks of G whole images: a block's patch gradients go into
-    its thread's dcols (one BLAS call; dcols3_all: the same buffers as (rows, KH*KW, C)) and
-    are summed into its own images' pixels there."""
+    its thread's dcols (rows, KH*KW, C) (one BLAS call) and are summed into its own images'
+    pixels there."""
     H, W, C = dx.shape[1], dx.shape[2], dx.shape[3]
     K = KH * KW * C
     it = 8 if double else 4
     for b in prange((N + G - 1) // G):
-        tid = get_thread_id()
-        dcols = dcols_all[tid]
+        dcols = dcols_all[get_thread_id()]
         n0 = b * G
         n1 = min(N, n0 + G)
         m = (n1 - n0) * OH * OW
@@ -142,8 +141,8 @@ def _backprop_input_blocks(dcols_all, dcols3_all, dx, pdy, pw, N, G, OH, OW, KH,
         for n in range(n0, n1):
             for ih in range(H):
                 for iw in range(W):
-                    _pixel_grad_j(dx[n, ih, iw], dcols3_all[tid], (n - n0) * OH * OW, ih, iw,
-                                  OH, OW, KH, KW, sh, sw, dh, dw, pt, pl)
+                    _pixel_grad_j(dx[n, ih, iw], dcols, (n - n0) * OH * OW, ih, iw, OH, OW,
+                                  KH, KW, sh, sw, dh, dw, pt, pl)
 
 
 _backprop_input_blocks_p = jit.parallel(_backprop_input_blocks)
@@ -151,14 +150,6 @@ BLOCK_BYTES = 256 << 10      # a thread's block of patch gradients: in its L2 fo
 BLOCK_MIN_K = 32             # patch lengths below this keep the chunked path
 BLOCK_MIN_ROWS = 100         # pixels per block below which one product over the chunk wins
 BLOCKS_ENABLED = True        # False: the chunked path (A/B runs, tests)
-
-
-def _blocks_ok(a, w, out, K, patches):
-    """`patches`: elements of all patch gradients (pixels x K); below PARALLEL_MIN one thread's
-    chunked path is as fast."""
-    return (BLOCKS_ENABLED and K >= BLOCK_MIN_K and patches >= PARALLEL_MIN
-            and a.dtype == w.dtype == out.dtype and a.dtype in (np.float32, np.float64)
-            and w.flags.c_contiguous and out.flags.c_contiguous and gemm.available())
 
 
 def _backprop_input_by_blocks(f, dy, dx, g):
@@ -172,19 +163,22 @@ def _backprop_input_by_blocks(f, dy, dx, g):
     OH, OW = dy.shape[1], dy.shape[2]
     K = KH * KW * C
     per = OH * OW * K * dx.itemsize
-    if not _blocks_ok(dy, f, dx, K, N * OH * OW * K) or per > 4 * BLOCK_BYTES:
+    # below PARALLEL_MIN patch-gradient elements one thread's chunked path is as fast
+    if not (BLOCKS_ENABLED and K >= BLOCK_MIN_K and N * OH * OW * K >= PARALLEL_MIN
+            and per <= 4 * BLOCK_BYTES and dy.dtype == f.dtype == dx.dtype
+            and dx.dtype in (np.float32, np.float64) and f.flags.c_contiguous
+            and dx.flags.c_contiguous and gemm.available()):
         return False
     dy = np.ascontiguousarray(dy)
     G = max(1, BLOCK_BYTES // per)
     if G * OH * OW < BLOCK_MIN_ROWS:
         return False
     T = get_num_threads()
-    dcols = scratch((T, G * OH * OW, K), dx.dtype, "block_cols")
+    dcols = scratch((T, G * OH * OW, KH * KW, C), dx.dtype, "block_cols")
     gemm.single_thread_enter()
     try:
-        _backprop_input_blocks_p(dcols, dcols.reshape(T, G * OH * OW, KH * KW, C), dx,
-                                 dy.ctypes.data, f.ctypes.data, N, G, OH, OW, *_geom_args(g),
-                                 CO, dx.dtype == np.float64)
+        _backprop_input_blocks_p(dcols, dx, dy.ctypes.data, f.ctypes.data, N, G, OH, OW,
+                                 *_geom_args(g), CO, dx.dtype == np.float64)
     finally:
         gemm.single_thread_exit()
     return True

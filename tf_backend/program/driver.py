@@ -68,6 +68,7 @@ def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None):
         reads = [f"{v} = vals[{s}]" for v, s in zip(ins, n.inputs)]
         outs = n.outputs
         kind = n.kind
+        run_tf = direct(n) if direct is not None and kind in ("stock", "reads") else None
         if kind == "noop":
             pass
         elif kind == "alias":
@@ -116,16 +117,17 @@ def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None):
             arrays = "[" + ", ".join(f"({v} if type({v}) is HL else AS({v}))" for v in ins) + "]"
             body += reads + [f"o = {bind(n.fn, 'F', i)}({arrays}, {bind(n.attrs, 'A', i)})"]
             body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
-        elif direct is not None and direct(n) == "stock":
+        elif run_tf == "stock":
             ts = "[" + ", ".join(f"AT(vals[{s}])" for s in n.inputs) + "]"
             body.append(f"o = XS({bind(n.op, 'OP', i)}, {ts}, {bind(n.raw_attrs, 'RA', i)}, "
                         f"{len(outs)})")
             body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
-        elif direct is not None and direct(n) == "reads":
+        elif run_tf == "reads":
             hs = "[" + ", ".join(f"vals[{s}]" for s in n.inputs) + "]"
             body.append(f"o = RV({hs}, {bind(n.raw_attrs, 'RA', i)})")
             body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
         else:   # TensorFlow inside, control flow, dynamic shapes: the interpreter's step
+            run_tf = "step"
             body += [f"STEP({bind(n, 'N', i)}, vals, failed)", "if failed:",
                      f"    return {i + 1}, None"]
         body += [f"vals[{s}] = None" for s in drops[i]]
@@ -142,7 +144,7 @@ def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None):
         block = [f"    # #{i} {kind}:{n.op} [{n.name}]", "    try:"]
         block += ["        " + b for b in body]
         block += ["    except Exception as e:", f"        return {i}, e"]
-        blocks.append(block)
+        blocks.append((block, run_tf is not None))
     return _chunked(blocks), env
 
 
@@ -151,15 +153,15 @@ def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None):
 # from the start up to the current instruction: in one straight-line function, a TensorFlow
 # node after 30 of ours paid 28 us for a 1-element AddV2 against 15 us at the top (AVX2 EPYC),
 # and the cost grows with the node's position. Chunks keep every frame short, and a node that
-# runs TensorFlow (through STEP) starts a chunk of its own: an MLP training step's six
-# AssignSubVariableOps 44 -> 36 us each (median, AMD EPYC).
+# may run TensorFlow (directly or through STEP) starts a chunk of its own: an MLP training
+# step's six AssignSubVariableOps 44 -> 36 us each (median, AMD EPYC).
 CHUNK = 24
 
 
 def _chunked(blocks):
+    """blocks: (lines, runs TensorFlow) per node."""
     parts = []
-    for b in blocks:
-        tf_node = any(("STEP(" in line or "XS(" in line or "RV(" in line) for line in b)
+    for b, tf_node in blocks:
         if not parts or len(parts[-1]) >= CHUNK or (tf_node and parts[-1]):
             parts.append([])
         parts[-1].append(b)
