@@ -4,6 +4,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # compiled loops compile on their first run, not in a background thread (tests/
 # test_compiled_loops.py covers the background path): results do not depend on timing
 os.environ.setdefault("TF_BACKEND_LOOP_COMPILE", "sync")
+# kernels compile on their first call too, not in a child while TensorFlow's kernel runs it
+# (tests/test_deferred_compiles.py covers that path): the first call tests our kernel
+os.environ.setdefault("TF_BACKEND_KERNEL_COMPILE", "sync")
 # product kernel choices measured here (two workers loading each other) are not kept on disk
 os.environ.setdefault("TF_BACKEND_GEMM_RECORD", "0")
 

@@ -402,7 +402,7 @@ def _serial(prog, vals, failed):
     """Every node in program order: the generated driver, the interpreter from where it
     stopped (a failure, tracing, shadow mode)."""
     start = 0
-    if DRIVERS and DROP_DEAD and not trace.ON and not shadow_mode:
+    if DRIVERS and DROP_DEAD and not trace.ON and not shadow_mode and not _cold_run(prog):
         drive = prog.driver or _driver(prog)
         r = drive(vals, failed)
         start = len(prog.nodes) if r is None else r[0]
@@ -415,6 +415,25 @@ def _serial(prog, vals, failed):
         step(n, vals, failed)
         for s in drops[n.id]:
             vals[s] = None
+    cold = prog.cold
+    if type(cold) is tuple and _library("compiles").raised[0] == cold[1]:
+        prog.cold = "clean"   # nothing deferred in this run: the next one builds the driver
+
+
+def _cold_run(prog):
+    """While kernels' first compiles run in the background (kernels/cpu/deferred.py), a program
+    is interpreted: a node whose kernel is compiling runs on TensorFlow for that call (declined),
+    which the generated driver does not allow for every node. The first run that starts no
+    compile builds the driver."""
+    cold = prog.cold
+    if cold is False:
+        return False
+    c = _library("compiles")
+    if c is None or c.mode() != "async" or cold == "clean":
+        prog.cold = False
+        return False
+    prog.cold = ("run", c.raised[0])
+    return True
 
 
 def run(prog, args, threads_pool=None, serial=False):
@@ -559,6 +578,15 @@ def _poison(node, vals, failed, f):
         vals[s] = f
 
 
+def may_defer(frame):
+    """Whether the kernel call below `frame` (an `execute`) may decline while its compile runs
+    in the background: a kernel node, whose failures to run fall back in `execute` (fused
+    nodes have no TensorFlow node to fall back to)."""
+    node = frame.f_locals.get("node")
+    return (node is not None and node.kind == "kernel" and node.op not in VIEW_OPS
+            and not shadow_mode)
+
+
 def execute(node, vals):
     kind = node.kind
     if kind == "fused":
@@ -575,7 +603,10 @@ def execute(node, vals):
         k = node.inplace
         if k is not None and writable(vals[node.inputs[k]]):
             buf = arrays[k]
-            node.kdef.fn(arrays, [buf], node.attrs)
+            try:   # an elementwise kernel declines before it writes
+                node.kdef.fn(arrays, [buf], node.attrs)
+            except Unsupported as u:
+                return declined(node, [vals[s] for s in node.inputs], u)
             return [buf]
         try:
             return run_kernel(node.kdef, node.shape_fn, arrays, node.attrs, node.out_specs)
@@ -776,8 +807,10 @@ _pending_lock = threading.Lock()
 
 
 def compiles_pending():
+    """Loops, regions and kernels compiling in the background."""
+    c = _library("compiles")
     with _pending_lock:
-        return _pending[0]
+        return _pending[0] + (c.pending() if c is not None else 0)
 
 
 def wait_compiles(timeout=600.0):
@@ -964,4 +997,11 @@ def declined(node, values, why):
     """A kernel declined these input values at run time (Unsupported): TensorFlow's kernel runs
     them for this call, counted in the ledger with the reason."""
     ledger.fallback(node.op, f"runtime:{why}")
-    return _stock(node, values)
+    outs = _stock(node, values)
+    if getattr(why, "deferred", False):
+        # its kernel is compiling (kernels/cpu/deferred.py): the outputs are made to look like
+        # our kernel's, writable arrays, so the nodes reading them ask numba for the
+        # signatures they will use once this one runs ours (read-only TensorFlow memory is
+        # another numba type: each would compile twice)
+        outs = [np.array(as_numpy(o)) for o in outs]
+    return outs

@@ -44,6 +44,13 @@ def pytest_configure(config):
         # the ledger is reset per test: TF_BACKEND_REPORT is written here, summed over the run
         # from every test's properties (under xdist the workers' reach the controller)
         ledger.report_owner = "pytest"
+        # a suite tests our kernels from their first call: no first-use compile deferred to
+        # a child while TensorFlow's kernel runs the call (kernels/cpu/deferred.py)
+        os.environ.setdefault("TF_BACKEND_KERNEL_COMPILE", "sync")
+        from .devices import library
+        compiles = library("compiles")
+        if compiles is not None:
+            compiles.mode(os.environ["TF_BACKEND_KERNEL_COMPILE"])
         tf_backend.enable(mode)
         if hasattr(config, "workerinput"):
             _one_blas_thread()

@@ -38,9 +38,22 @@ def enable(mode="on", force=False, device=None):
                     dispatch.on_fast_uncount, dispatch.on_slow,
                     tracer=trace if trace.ON else None)
         tfa.install_function_hook(functions.on_call)
+        _defer_compiles()
         _share_host()
         _register_report()
         return True
+
+
+def _defer_compiles():
+    """A kernel's first compile for new argument types runs in a child process while
+    TensorFlow's kernel runs the call (kernels/cpu/deferred.py): allowed for eager ops and
+    interpreted program nodes, in mode "on" only (strict refuses fallbacks, shadow compares
+    our kernels)."""
+    c = executor._library("compiles")
+    if c is not None:
+        c.allow_under(dispatch._outputs.__code__, lambda f: dispatch.mode == "on")
+        c.allow_under(executor.execute.__code__,
+                      lambda f: dispatch.mode == "on" and executor.may_defer(f))
 
 
 def _device(device):

@@ -67,6 +67,7 @@ class Program:
         self.succs = self.dep_counts = self.producer = None
         self.op_counts = None   # per run: {op: (backend, {fallback reason: n})}
         self.driver = None      # the generated serial driver (program/driver.py), built lazily
+        self.cold = True        # interpreted until a run needs no kernel compile (_serial)
         self.tuned = False      # kernel choices made (tf_backend/autotune.py, first runs)
         self.tune_state = None  # while they are being measured
 
