@@ -7,6 +7,8 @@ os.environ.setdefault("TF_BACKEND_LOOP_COMPILE", "sync")
 # kernels compile on their first call too, not in a child while TensorFlow's kernel runs it
 # (tests/test_deferred_compiles.py covers that path): the first call tests our kernel
 os.environ.setdefault("TF_BACKEND_KERNEL_COMPILE", "sync")
+# compiled functions stay on our executor (tests/test_function_choice.py covers the choice)
+os.environ.setdefault("TF_BACKEND_FUNCTION_CHOICE", "off")
 # product kernel choices measured here (two workers loading each other) are not kept on disk
 os.environ.setdefault("TF_BACKEND_GEMM_RECORD", "0")
 

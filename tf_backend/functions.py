@@ -34,6 +34,18 @@ class Compiled:
 
 MAX_SPECIALIZED = 8
 
+# Whole-function choice by measurement: once a program has settled (compiles done, its driver
+# built, its serial/concurrent trial over) its next calls alternate between our executor and
+# TensorFlow's own run of the function (CHOICE_RUNS timed calls each, after one untimed); when
+# TensorFlow's median is below CHOICE_MARGIN of ours, TensorFlow runs the function from then on,
+# in the ledger as `choice` with both medians. Why: on a small program every node pays Python
+# (a batch-1 Keras CNN of 9 nodes: 0.68 ms per call against stock's 0.31 on the AVX2 EPYC VM),
+# and a user who turns the backend on should not lose to stock on it.
+# TF_BACKEND_FUNCTION_CHOICE=off keeps every compiled function on our executor.
+CHOICE = os.environ.get("TF_BACKEND_FUNCTION_CHOICE", "measure")
+CHOICE_RUNS = 6
+CHOICE_MARGIN = 0.9
+
 # The device tf.function programs run on (tf_backend.enable(device=...)); None: the host CPU
 # path (executor.py, generated drivers). Eager ops run on the host CPU path either way.
 DEVICE = None
@@ -181,9 +193,28 @@ def on_call(atomic_fn, args):
             raise _to_tf_error(executor.Failed(e.exc, e.node, ins), name) from None
         ledger.function_called(name, fallback=False)
         return outs
+    prog = _program_for(c, args)
+    trial = None
+    if prog.choice is not None:
+        if prog.choice == "tensorflow":
+            ledger.function_called(name, fallback=True)
+            return None
+    elif CHOICE == "measure" and dispatch.mode == "on" and not trace.ON and _settled(prog):
+        if not prog.choice_trial["ours"] and _kernel_state(prog):
+            prog.choice = "ours"
+        else:
+            trial = prog.choice_trial
+        if trial is not None:
+            t_start = time.perf_counter()
+            if len(trial["tensorflow"]) < len(trial["ours"]):
+                outs = tfa.call_function_stock(atomic_fn, args)
+                trial["tensorflow"].append(time.perf_counter() - t_start)
+                _choose(prog, name, trial)
+                ledger.function_called(name, fallback=True)
+                return outs
     t0 = trace.now() if trace.ON else 0.0
     try:
-        outs = tfa.call_below_capture(executor.run, _program_for(c, args), args)
+        outs = tfa.call_below_capture(executor.run, prog, args)
     except executor._Raise as e:
         raise _to_tf_error(e.failed, name) from None
     finally:
@@ -197,7 +228,42 @@ def on_call(atomic_fn, args):
                 v = np.array(v)   # never hand TensorFlow a buffer we keep
             v = tfa.make_tensor_any(v)
         result.append(v)
+    if trial is not None:
+        trial["ours"].append(time.perf_counter() - t_start)
+        _choose(prog, name, trial)
     return result
+
+
+def choice_calls():
+    """Calls after warm-up that settle every function's choice (benchmarks make them)."""
+    return 2 * (CHOICE_RUNS + 1) + 3 if CHOICE == "measure" else 0
+
+
+def _settled(prog):
+    """Past its one-time costs: no compile running, the driver built (or concurrent runs), the
+    serial/concurrent and kernel-choice trials over."""
+    if prog.parallel:
+        if prog.schedule_trial is not False:
+            return False
+    elif prog.cold is not False:
+        return False
+    return prog.tune_state is None and not executor.compiles_pending()
+
+
+def _kernel_state(prog):
+    """Nodes whose kernels keep state between calls (stateful random ops with seeds): ours and
+    TensorFlow's function each hold their own, so alternating would repeat draws."""
+    return any(n.op in tfa.KERNEL_STATE_OPS or any(_kernel_state(s) for s in n.subs)
+               for n in prog.nodes)
+
+
+def _choose(prog, name, trial):
+    ours, tf_ = trial["ours"][1:], trial["tensorflow"][1:]
+    if min(len(ours), len(tf_)) < CHOICE_RUNS:
+        return
+    mo, mt = float(np.median(ours)), float(np.median(tf_))
+    prog.choice = "tensorflow" if mt < CHOICE_MARGIN * mo else "ours"
+    ledger.function_choice(name, prog.choice, mo, mt)
 
 
 def _to_tf_error(failed, fn_name):

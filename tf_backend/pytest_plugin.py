@@ -47,6 +47,8 @@ def pytest_configure(config):
         # a suite tests our kernels from their first call: no first-use compile deferred to
         # a child while TensorFlow's kernel runs the call (kernels/cpu/deferred.py)
         os.environ.setdefault("TF_BACKEND_KERNEL_COMPILE", "sync")
+        from . import functions   # and every compiled function runs on our executor
+        functions.CHOICE = os.environ.setdefault("TF_BACKEND_FUNCTION_CHOICE", "off")
         from .devices import library
         compiles = library("compiles")
         if compiles is not None:

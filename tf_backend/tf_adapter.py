@@ -397,6 +397,11 @@ def install_function_hook(on_call):
         _fn_installed = (cls, orig)
 
 
+def call_function_stock(atomic_fn, args):
+    """TensorFlow's own run of a function (the hooked call_flat's original)."""
+    return _fn_installed[1](atomic_fn, *args)
+
+
 def uninstall_function_hook():
     global _fn_installed
     with _lock:

@@ -139,6 +139,10 @@ def function_lines(functions, max_nodes=6):
                      f"{f.get('fallback_calls', 0)} on TensorFlow's; nodes {nk} on backend "
                      f"kernels, {nf} on TensorFlow kernels"
                      + (f" ({100 * nk / (nk + nf):.1f}% on backend)" if nk + nf else ""))
+        ch = f.get("choice")
+        if ch:
+            lines.append(f"      measured: {ch['runs']} runs it (our executor {ch['ours_ms']:.3g} "
+                         f"ms, TensorFlow's {ch['tensorflow_ms']:.3g} ms per call)")
         if fn:
             top = sorted(fn.items(), key=lambda kv: -kv[1])
             lines.append("      fallback nodes: " + ", ".join(f"{op}×{n}" for op, n in

@@ -68,6 +68,8 @@ class Program:
         self.op_counts = None   # per run: {op: (backend, {fallback reason: n})}
         self.driver = None      # the generated serial driver (program/driver.py), built lazily
         self.cold = True        # interpreted until a run needs no kernel compile (_serial)
+        self.choice = None      # "ours" | "tensorflow": who runs it (functions._choose)
+        self.choice_trial = {"ours": [], "tensorflow": []}   # seconds per call while measuring
         self.tuned = False      # kernel choices made (tf_backend/autotune.py, first runs)
         self.tune_state = None  # while they are being measured
 
