@@ -90,3 +90,16 @@ def test_only_registered_frames_may_decline(monkeypatch):
 def test_suites_compile_on_first_call(mode):
     """conftest.py (and the pytest plugin for users' suites) keep the first call on our kernel."""
     assert deferred.mode() == mode
+
+
+def test_a_child_runs_a_whole_kernel_on_stand_ins():
+    """warm_kernel's payload: small inputs travel with their values (a shape, an axis), larger
+    ones as zeros of the same shape, dtype and writability; the kernel runs once."""
+    import numpy as np
+    attrs = {"T": np.dtype(np.float32), "Tshape": np.dtype(np.int32)}
+    x = np.arange(6 * 400, dtype=np.float32).reshape(6, 400)
+    x.flags.writeable = False
+    shape = np.array([400, 6], np.int32)
+    ins = [(x.shape, x.dtype.str, False, None), (shape.shape, shape.dtype.str, True, shape.copy())]
+    assert deferred._run_kernel("Reshape", attrs, ins, [((400, 6), "<f4")])
+    assert not deferred._run_kernel("NoSuchOp", {}, [], [])

@@ -264,6 +264,14 @@ def _outputs(info, kdef, arrays, attrs, attrs_key):
     return executor.run_kernel(kdef, info.shape_fn, arrays, attrs)
 
 
+def _warm_kernel(info, arrays, attrs):
+    try:
+        specs = info.shape_fn([Spec(a.shape, a.dtype, a) for a in arrays], attrs)
+    except Exception:  # noqa: BLE001 - no specs: the function-level requests still run
+        return
+    executor._library("compiles").warm_kernel(info.op, attrs, arrays, specs)
+
+
 def run(info, kdef, arrays, attrs, attrs_key=None):
     """Shape fn -> allocate -> kernel -> EagerTensors (or None to fall back).
 
@@ -272,6 +280,8 @@ def run(info, kdef, arrays, attrs, attrs_key=None):
     try:
         outs = _outputs(info, kdef, arrays, attrs, attrs_key)
     except Unsupported as u:
+        if getattr(u, "deferred", False):   # compiling in a child: it runs the whole kernel
+            _warm_kernel(info, arrays, attrs)
         return _fallback(info, u.reason)
     except BackendError as e:
         ledger.error(info.op)

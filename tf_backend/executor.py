@@ -999,9 +999,12 @@ def declined(node, values, why):
     ledger.fallback(node.op, f"runtime:{why}")
     outs = _stock(node, values)
     if getattr(why, "deferred", False):
-        # its kernel is compiling (kernels/cpu/deferred.py): the outputs are made to look like
-        # our kernel's, writable arrays, so the nodes reading them ask numba for the
-        # signatures they will use once this one runs ours (read-only TensorFlow memory is
-        # another numba type: each would compile twice)
+        # its kernel is compiling (kernels/cpu/deferred.py): a child runs the whole kernel on
+        # inputs like these, and the outputs are made to look like our kernel's, writable
+        # arrays, so the nodes reading them ask numba for the signatures they will use once
+        # this one runs ours (read-only TensorFlow memory is another numba type: each would
+        # compile twice)
         outs = [np.array(as_numpy(o)) for o in outs]
+        _library("compiles").warm_kernel(node.op, node.attrs, [as_numpy(v) for v in values],
+                                         [Spec(o.shape, o.dtype) for o in outs])
     return outs

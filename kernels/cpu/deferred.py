@@ -164,13 +164,43 @@ def _defer(disp, key):
         if key in _state:
             return _state[key] == "pending"
         _state[key] = "pending"
-        _queue.append((key, addr))
-        if _worker[0] is None or not _worker[0].is_alive():
-            _worker[0] = threading.Thread(target=_serve, name="tf_backend-kernel-compile",
-                                          daemon=True)
-            _worker[0].start()
-        _lock.notify_all()
+        _queue.append((key, ("function", addr, key[1])))
+        _start_worker()
     return True
+
+
+SMALL_VALUES = 256      # inputs up to this many elements travel with their values
+
+
+def warm_kernel(op, attrs, arrays, out_specs):
+    """After a Deferred call: ask the next child to run the op's kernel once on inputs like
+    these (small inputs, such as shapes and axes, with their values; larger ones as zeros of the
+    same shape, dtype and writability) so that every function its path needs compiles in one
+    go, not one per run of the script as each is met after the one before it compiled."""
+    if MODE != "async":
+        return
+    try:
+        ins = [(a.shape, a.dtype.str, bool(a.flags.writeable),
+                a.copy() if a.size <= SMALL_VALUES else None) for a in arrays]
+        outs = [(tuple(sp.shape), sp.dtype.str) for sp in out_specs]
+        key = ("kernel", op, repr(sorted(attrs.items())), tuple((i[0], i[1], i[2]) for i in ins))
+        payload = pickle.dumps(("kernel", op, dict(attrs), ins, outs))
+    except Exception:  # noqa: BLE001 - unpicklable attrs, no specs: the function requests do
+        return
+    with _lock:
+        if key in _state:
+            return
+        _state[key] = "pending"
+        _queue.insert(0, (key, payload))
+        _start_worker()
+
+
+def _start_worker():
+    if _worker[0] is None or not _worker[0].is_alive():
+        _worker[0] = threading.Thread(target=_serve, name="tf_backend-kernel-compile",
+                                      daemon=True)
+        _worker[0].start()
+    _lock.notify_all()
 
 
 def _serve():
@@ -182,7 +212,7 @@ def _serve():
             batch = list(_queue)
             _queue.clear()
             _running[0] = len(batch)
-        ok = _child([(addr, key[1]) for key, addr in batch])
+        ok = _child([item for _, item in batch])
         with _lock:
             for (key, _), good in zip(batch, ok):
                 _state[key] = "done" if good else "failed"
@@ -194,7 +224,7 @@ def _hand_off():
     """At exit: the requests no child took yet go to one last child that outlives this
     process (the in-flight one finishes too), so the next run finds them in the cache."""
     with _lock:
-        items = [(addr, key[1]) for key, addr in _queue]
+        items = [item for _, item in _queue]
         _queue.clear()
     if not items:
         return
@@ -222,8 +252,8 @@ def _lowest_priority():
 
 
 def _child(items):
-    """Compile `items` ((module file, module name, global name), sig) in one child process;
-    per item whether it compiled."""
+    """Compile `items` (("function", address, sig) or a pickled kernel run) in one child
+    process; per item whether it compiled."""
     fd, path = tempfile.mkstemp(suffix=".kernels.pkl")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -254,7 +284,12 @@ def main(path, unlink=False):
     loops._threads_ready()
     import types
     import numba
-    for i, ((file, modname, name, qualname, options, local_types), sig) in enumerate(items):
+    for i, item in enumerate(items):
+        if isinstance(item, bytes):
+            if _run_kernel(*pickle.loads(item)[1:]):
+                _done(i)
+            continue
+        _, (file, modname, name, qualname, options, local_types), sig = item
         try:
             if file is None:
                 mod = importlib.import_module(modname)
@@ -269,11 +304,37 @@ def main(path, unlink=False):
             numba.jit(cache=True, locals=local_types, **options)(clone).compile(sig)
         except Exception:  # noqa: BLE001 - the parent compiles this one itself
             continue
-        try:
-            print(i, flush=True)
-        except OSError:   # the parent exited (a closed pipe): finish the batch for the next run
-            pass
+        _done(i)
     return 0
+
+
+def _done(i):
+    try:
+        print(i, flush=True)
+    except OSError:   # the parent exited (a closed pipe): finish the batch for the next run
+        pass
+
+
+def _run_kernel(op, attrs, ins, outs):
+    """The op's CPU kernel once on stand-in inputs (numba compiles and caches what it calls)."""
+    import numpy as np
+    import kernels
+    kernels.load("cpu")
+    kdef, _ = kernels.lookup(op, "cpu", attrs)
+    if kdef is None:
+        return False
+    arrays = []
+    for shape, dt, writable, value in ins:
+        a = np.array(value) if value is not None else np.zeros(shape, np.dtype(dt))
+        a.flags.writeable = writable
+        arrays.append(a)
+    outputs = [np.empty(shape, np.dtype(dt)) for shape, dt in outs]
+    try:
+        with np.errstate(all="ignore"):
+            kdef.fn(arrays, outputs, attrs)
+    except Exception:  # noqa: BLE001 - stand-in values may take an error path: compiled so far
+        return False
+    return True
 
 
 if __name__ == "__main__":
