@@ -33,6 +33,8 @@ SCRIPT = textwrap.dedent("""
         compiling = sum(n for v in ops.values() for r, n in v["reasons"].items()
                         if "compiling" in r)
         calls.append({"compiling": compiling,
+                      "compiling_ops": sorted(k for k, v in ops.items()
+                                              if any("compiling" in r for r in v["reasons"])),
                       "same": bool(np.array_equal(out_fn, ref_fn)
                                    and np.array_equal(out_eager, ref_eager)),
                       "maxpool_ours": ops.get("MaxPool", {}).get("backend", 0)})
@@ -53,6 +55,8 @@ def test_cold_cache_compiles_in_a_child_and_tensorflow_runs_meanwhile(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     calls = json.loads([l for l in r.stdout.splitlines() if l.startswith("RESULT ")][-1][7:])
     assert calls[0]["compiling"] > 0, calls          # cold: TensorFlow ran what was compiling
+    # the fused Mul -> Relu group too, op by op (passes/fuse_elementwise.py)
+    assert {"MaxPool", "Relu"} <= set(calls[0]["compiling_ops"]), calls
     assert all(c["same"] for c in calls), calls      # stock's bits on every call
     assert calls[-1]["compiling"] == 0, calls        # the child filled the cache
     assert calls[-1]["maxpool_ours"] == 2, calls     # then both MaxPools ran our kernel

@@ -580,11 +580,11 @@ def _poison(node, vals, failed, f):
 
 def may_defer(frame):
     """Whether the kernel call below `frame` (an `execute`) may decline while its compile runs
-    in the background: a kernel node, whose failures to run fall back in `execute` (fused
-    nodes have no TensorFlow node to fall back to)."""
+    in the background: a kernel node (it falls back in `execute`) or a fused one (its group's
+    ops on TensorFlow: passes/fuse_elementwise.py, passes/epilogue.py)."""
     node = frame.f_locals.get("node")
-    return (node is not None and node.kind == "kernel" and node.op not in VIEW_OPS
-            and not shadow_mode)
+    return (node is not None and (node.kind == "fused" or node.kind == "kernel"
+                                  and node.op not in VIEW_OPS) and not shadow_mode)
 
 
 def execute(node, vals):

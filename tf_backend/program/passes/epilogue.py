@@ -62,7 +62,10 @@ def _merge(m, n, k):
         ins.insert(k, buf)
         if n.kind == "fused":
             return n.fn(ins, n.out_specs, out=buf)
-        n.kdef.fn(ins, [buf], n.attrs)
+        try:
+            n.kdef.fn(ins, [buf], n.attrs)
+        except Unsupported as u:   # compiling in the background (kernels/cpu/deferred.py)
+            return executor.declined(n, ins, u)
         return [buf]
 
     e.fn = run_epilogue

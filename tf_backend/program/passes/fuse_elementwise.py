@@ -8,6 +8,8 @@ ops unfused. A device without that library gets no fused nodes.
 """
 import numpy as np
 
+from shape_fns import Unsupported
+
 from kernels.elementwise_table import TABLE
 
 from ... import devices, executor
@@ -126,8 +128,22 @@ def _runner(fusion, dt, n_in, steps, order, ext, root):
             return _unfused(arrays)
         if out is None or out.shape != shape or (alias is None and key[1] is not None):
             out = executor.alloc.empty(shape, dt)
-        fusion.run(kern, arrays, out, rows, cols, len(steps), alias)
+        try:
+            fusion.run(kern, arrays, out, rows, cols, len(steps), alias)
+        except Unsupported as u:   # its loop compiles in the background (deferred.py)
+            if not getattr(u, "deferred", False):
+                raise
+            return _on_tensorflow(arrays, u)
         return [out]
+
+    def _on_tensorflow(arrays, why):
+        """The group's ops one by one on TensorFlow's kernels, for this call; writable arrays
+        out, as our loop's would be."""
+        vals = dict(zip(ext, arrays))
+        for n in order:
+            executor.ledger.fallback(n.op, f"runtime:{why}")
+            vals[n.outputs[0]] = executor._stock(n, [vals[s] for s in n.inputs])[0]
+        return [np.array(executor.as_numpy(vals[root.outputs[0]]))]
 
     def _unfused(arrays):
         vals = dict(zip(ext, arrays))
