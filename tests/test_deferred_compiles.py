@@ -40,6 +40,14 @@ SCRIPT = textwrap.dedent("""
                       "maxpool_ours": ops.get("MaxPool", {}).get("backend", 0)})
         if i and not compiling:
             break
+        if i == 0:   # compiles still running: TensorFlow runs the whole function meanwhile
+            from tf_backend import executor
+            pending = executor.compiles_pending()
+            tf_backend.reset_stats()
+            again = f(x).numpy()
+            fs = [v for k, v in tf_backend.stats()["functions"].items() if "__inference_f" in k]
+            calls[0]["while_pending"] = {"pending": pending, "same": bool(
+                np.array_equal(again, ref_fn)), "on_tensorflow": fs[-1]["fallback_calls"]}
         tf_backend.wait_for_compiles()
     print("RESULT " + json.dumps(calls))
 """)
@@ -59,6 +67,8 @@ def test_cold_cache_compiles_in_a_child_and_tensorflow_runs_meanwhile(tmp_path):
     assert {"MaxPool", "Relu"} <= set(calls[0]["compiling_ops"]), calls
     assert all(c["same"] for c in calls), calls      # stock's bits on every call
     assert calls[-1]["compiling"] == 0, calls        # the child filled the cache
+    w = calls[0]["while_pending"]
+    assert w["same"] and (w["on_tensorflow"] == 1 or not w["pending"]), calls
     assert calls[-1]["maxpool_ours"] == 2, calls     # then both MaxPools ran our kernel
 
 

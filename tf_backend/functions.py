@@ -195,6 +195,12 @@ def on_call(atomic_fn, args):
         return outs
     prog = _program_for(c, args)
     trial = None
+    if type(prog.cold) is tuple and executor.compiles_pending() and not _kernel_state(prog):
+        # its last run declined kernels still compiling in a child (kernels/cpu/deferred.py):
+        # until they are ready TensorFlow runs the whole function, at its own speed, rather
+        # than our interpreter with those nodes on TensorFlow one by one
+        ledger.function_called(name, fallback=True)
+        return None
     if prog.choice is not None:
         if prog.choice == "tensorflow":
             ledger.function_called(name, fallback=True)
