@@ -194,6 +194,7 @@ def on_call(atomic_fn, args):
         ledger.function_called(name, fallback=False)
         return outs
     prog = _program_for(c, args)
+    _last[0] = prog
     trial = None
     if type(prog.cold) is tuple and executor.compiles_pending() and not _kernel_state(prog):
         # its last run declined kernels still compiling in a child (kernels/cpu/deferred.py):
@@ -240,9 +241,16 @@ def on_call(atomic_fn, args):
     return result
 
 
-def choice_calls():
-    """Calls after warm-up that settle every function's choice (benchmarks make them)."""
-    return 2 * (CHOICE_RUNS + 1) + 3 if CHOICE == "measure" else 0
+CHOICE_MAX_CALLS = 60
+_last = [None]   # the program of the latest call on the host path
+
+
+def choosing():
+    """Whether the function called last has its choice still to make (benchmarks call it
+    until it is made, at most CHOICE_MAX_CALLS times, so that the chosen side is timed)."""
+    prog = _last[0]
+    return (CHOICE == "measure" and dispatch.mode == "on" and prog is not None
+            and prog.choice is None and not _kernel_state(prog))
 
 
 def _settled(prog):
@@ -259,8 +267,12 @@ def _settled(prog):
 def _kernel_state(prog):
     """Nodes whose kernels keep state between calls (stateful random ops with seeds): ours and
     TensorFlow's function each hold their own, so alternating would repeat draws."""
-    return any(n.op in tfa.KERNEL_STATE_OPS or any(_kernel_state(s) for s in n.subs)
-               for n in prog.nodes)
+    got = prog.kernel_state
+    if got is None:
+        got = prog.kernel_state = any(n.op in tfa.KERNEL_STATE_OPS
+                                      or any(_kernel_state(s) for s in n.subs)
+                                      for n in prog.nodes)
+    return got
 
 
 def _choose(prog, name, trial):

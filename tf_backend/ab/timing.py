@@ -23,6 +23,7 @@ def warm_up(arms, n, progress=None):
         waited = 0.0
         try:
             arms_mod.use_side(arm.side)
+            functions._last[0] = None   # choosing() then asks about this arm's function
             for _ in range(max(1, n)):
                 arm.outputs = arm.call()
             if arm.side == "ours":
@@ -31,7 +32,9 @@ def warm_up(arms, n, progress=None):
                 waited = executor.wait_compiles()
                 if waited > 0.05:
                     arm.outputs = arm.call()
-                for _ in range(functions.choice_calls()):   # who runs each function, measured
+                for _ in range(functions.CHOICE_MAX_CALLS):   # who runs the function, measured
+                    if not functions.choosing():
+                        break
                     arm.outputs = arm.call()
         except Exception as e:  # an arm that cannot run is reported, the others go on
             arm.error = error_text(e)

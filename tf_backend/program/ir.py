@@ -70,6 +70,7 @@ class Program:
         self.cold = True        # interpreted until a run needs no kernel compile (_serial)
         self.choice = None      # "ours" | "tensorflow": who runs it (functions._choose)
         self.choice_trial = {"ours": [], "tensorflow": []}   # seconds per call while measuring
+        self.kernel_state = None   # any node keeps kernel state between calls (functions.py)
         self.tuned = False      # kernel choices made (tf_backend/autotune.py, first runs)
         self.tune_state = None  # while they are being measured
 
