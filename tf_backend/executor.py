@@ -580,11 +580,15 @@ def _poison(node, vals, failed, f):
 
 def may_defer(frame):
     """Whether the kernel call below `frame` (an `execute`) may decline while its compile runs
-    in the background: a kernel node (it falls back in `execute`) or a fused one (its group's
-    ops on TensorFlow: passes/fuse_elementwise.py, passes/epilogue.py)."""
+    in the background: a kernel node (it falls back in `execute`) or a fused one whose runner
+    says it declines (its group's ops on TensorFlow: passes/fuse_elementwise.py,
+    passes/epilogue.py; fused reductions compile here)."""
     node = frame.f_locals.get("node")
-    return (node is not None and (node.kind == "fused" or node.kind == "kernel"
-                                  and node.op not in VIEW_OPS) and not shadow_mode)
+    if node is None or shadow_mode:
+        return False
+    if node.kind == "fused":
+        return getattr(node.fn, "declines", False)
+    return node.kind == "kernel" and node.op not in VIEW_OPS
 
 
 def execute(node, vals):
@@ -716,6 +720,7 @@ def _call_compiled(node, got, args):
     loops = _library("loops")
     if got.state == "new" and LOOP_COMPILE == "async":
         got.state = "compiling"
+        _waits[0] += 1
         with _pending_lock:
             _pending[0] += 1
         threading.Thread(target=_compile_loop, args=(node, got, tuple(args) + tuple(
@@ -755,6 +760,8 @@ def _compiled_loop(node, vals):
     loops = _library("loops")
     got = _built(node, loops.build) if loops is not None else None
     if got is None or got.state == "compiling":
+        if got is not None:
+            _waits[0] += 1
         return None
     spec = node.spec
     args = []
@@ -806,6 +813,16 @@ _pending = [0]   # background compiles not finished yet
 _pending_lock = threading.Lock()
 
 
+_waits = [0]   # runs of a loop or region interpreted because its function was compiling
+
+
+def compile_waits():
+    """A count that moves whenever a run waits on a background compile (a loop or region
+    interpreted meanwhile, a kernel call declined: kernels/cpu/deferred.py)."""
+    c = _library("compiles")
+    return _waits[0] + (c.raised[0] if c is not None else 0)
+
+
 def compiles_pending():
     """Loops, regions and kernels compiling in the background."""
     c = _library("compiles")
@@ -852,7 +869,9 @@ def _region(node, vals):
     (the nodes then raise TensorFlow's error)."""
     loops = _library("loops")
     got = _built(node, loops.build_region) if loops is not None else None
-    if got is not None and got.state != "compiling":
+    if got is not None and got.state == "compiling":
+        _waits[0] += 1
+    elif got is not None:
         types = node.spec.types
         args = [_array_arg(vals[s], types[s]) for s in node.inputs]
         if not any(a is None for a in args):

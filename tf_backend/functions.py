@@ -196,12 +196,14 @@ def on_call(atomic_fn, args):
     prog = _program_for(c, args)
     _last[0] = prog
     trial = None
-    if type(prog.cold) is tuple and executor.compiles_pending() and not _kernel_state(prog):
-        # its last run declined kernels still compiling in a child (kernels/cpu/deferred.py):
-        # until they are ready TensorFlow runs the whole function, at its own speed, rather
-        # than our interpreter with those nodes on TensorFlow one by one
-        ledger.function_called(name, fallback=True)
-        return None
+    if prog.waited:
+        if executor.compiles_pending() and not _kernel_state(prog):
+            # its last run waited on compiles still running in a child (kernels declined,
+            # loops or regions interpreted): until they are ready TensorFlow runs the whole
+            # function, at its own speed, rather than our interpreter around them
+            ledger.function_called(name, fallback=True)
+            return None
+        prog.waited = False
     if prog.choice is not None:
         if prog.choice == "tensorflow":
             ledger.function_called(name, fallback=True)
@@ -220,6 +222,7 @@ def on_call(atomic_fn, args):
                 ledger.function_called(name, fallback=True)
                 return outs
     t0 = trace.now() if trace.ON else 0.0
+    waits = executor.compile_waits()
     try:
         outs = tfa.call_below_capture(executor.run, prog, args)
     except executor._Raise as e:
@@ -227,6 +230,8 @@ def on_call(atomic_fn, args):
     finally:
         if trace.ON:
             trace.span(name, "function", t0, device="CPU:0", shapes=trace.shapes(args))
+    if executor.compile_waits() != waits:
+        prog.waited = True
     ledger.function_called(name, fallback=False)
     result = []
     for i, v in enumerate(outs):

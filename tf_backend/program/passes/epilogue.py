@@ -68,6 +68,8 @@ def _merge(m, n, k):
             return executor.declined(n, ins, u)
         return [buf]
 
+    # a compile in the background declines each part (executor.may_defer)
+    run_epilogue.declines = n.kind != "fused" or getattr(n.fn, "declines", False)
     e.fn = run_epilogue
     e.spec = ("epilogue", m, n, k)   # the parts as data (compiled loops inline them)
     return e
