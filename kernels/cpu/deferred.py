@@ -39,7 +39,7 @@ class Deferred(Unsupported):
 _markers = {}            # code object -> predicate(frame) -> bool
 _state = {}              # (dispatcher, sig) -> "pending" | "done" | "failed"
 _queue = []              # requests not handed to a child yet
-_lock = threading.Condition()
+_lock = threading.Lock()
 _local = threading.local()
 _worker = [None]
 _running = [0]           # requests in the child now
@@ -66,15 +66,6 @@ def pending():
     """Requests queued or compiling in a child."""
     with _lock:
         return len(_queue) + _running[0]
-
-
-def wait(timeout=600.0):
-    import time
-    t0 = time.perf_counter()
-    with _lock:
-        while (_queue or _running[0]) and time.perf_counter() - t0 < timeout:
-            _lock.wait(0.05)
-    return time.perf_counter() - t0
 
 
 def install():
@@ -200,7 +191,6 @@ def _start_worker():
         _worker[0] = threading.Thread(target=_serve, name="tf_backend-kernel-compile",
                                       daemon=True)
         _worker[0].start()
-    _lock.notify_all()
 
 
 def _serve():
@@ -217,7 +207,6 @@ def _serve():
             for (key, _), good in zip(batch, ok):
                 _state[key] = "done" if good else "failed"
             _running[0] = 0
-            _lock.notify_all()
 
 
 def _hand_off():
