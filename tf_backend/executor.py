@@ -415,24 +415,23 @@ def _serial(prog, vals, failed):
         step(n, vals, failed)
         for s in drops[n.id]:
             vals[s] = None
-    cold = prog.cold
-    if type(cold) is tuple and _library("compiles").raised[0] == cold[1]:
-        prog.cold = "clean"   # nothing deferred in this run: the next one builds the driver
+    if type(prog.cold) is int and _library("compiles").raised[0] == prog.cold:
+        prog.cold = False   # nothing deferred in this run: the next one builds the driver
 
 
 def _cold_run(prog):
     """While kernels' first compiles run in the background (kernels/cpu/deferred.py), a program
     is interpreted: a node whose kernel is compiling runs on TensorFlow for that call (declined),
     which the generated driver does not allow for every node. The first run that starts no
-    compile builds the driver."""
-    cold = prog.cold
-    if cold is False:
+    compile builds the driver. prog.cold: True before its first run, the deferral count when
+    an interpreted run started, False once warm."""
+    if prog.cold is False:
         return False
     c = _library("compiles")
-    if c is None or c.mode() != "async" or cold == "clean":
+    if c is None or c.mode() != "async":
         prog.cold = False
         return False
-    prog.cold = ("run", c.raised[0])
+    prog.cold = c.raised[0]
     return True
 
 
@@ -584,7 +583,7 @@ def may_defer(frame):
     says it declines (its group's ops on TensorFlow: passes/fuse_elementwise.py,
     passes/epilogue.py; fused reductions compile here)."""
     node = frame.f_locals.get("node")
-    if node is None or shadow_mode:
+    if node is None:
         return False
     if node.kind == "fused":
         return getattr(node.fn, "declines", False)

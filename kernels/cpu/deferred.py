@@ -37,7 +37,7 @@ class Deferred(Unsupported):
 
 
 _markers = {}            # code object -> predicate(frame) -> bool
-_state = {}              # (dispatcher, sig) -> "pending" | "done" | "failed"
+_state = {}              # (dispatcher, sig) or a kernel call's key -> "pending" | "done" | "failed"
 _queue = []              # requests not handed to a child yet
 _lock = threading.Lock()
 _local = threading.local()

@@ -67,7 +67,7 @@ class Program:
         self.succs = self.dep_counts = self.producer = None
         self.op_counts = None   # per run: {op: (backend, {fallback reason: n})}
         self.driver = None      # the generated serial driver (program/driver.py), built lazily
-        self.cold = True        # interpreted until a run needs no kernel compile (_serial)
+        self.cold = True        # interpreted until a run defers no kernel compile (_cold_run)
         self.waited = False     # its last run waited on a background compile (functions.py)
         self.choice = None      # "ours" | "tensorflow": who runs it (functions._choose)
         self.choice_trial = {"ours": [], "tensorflow": []}   # seconds per call while measuring

@@ -136,21 +136,24 @@ def _runner(fusion, dt, n_in, steps, order, ext, root):
             return _on_tensorflow(arrays, u)
         return [out]
 
-    def _on_tensorflow(arrays, why):
-        """The group's ops one by one on TensorFlow's kernels, for this call; writable arrays
-        out, as our loop's would be."""
+    def _one_by_one(arrays, run):
+        """The group's ops in turn, each by `run(node, inputs)`; the root's value."""
         vals = dict(zip(ext, arrays))
         for n in order:
+            vals[n.outputs[0]] = run(n, [vals[s] for s in n.inputs])
+        return vals[root.outputs[0]]
+
+    def _on_tensorflow(arrays, why):
+        """The group's ops on TensorFlow's kernels, for this call; a writable array out, as our
+        loop's would be."""
+        def stock(n, ins):
             executor.ledger.fallback(n.op, f"runtime:{why}")
-            vals[n.outputs[0]] = executor._stock(n, [vals[s] for s in n.inputs])[0]
-        return [np.array(executor.as_numpy(vals[root.outputs[0]]))]
+            return executor._stock(n, ins)[0]
+        return [np.array(executor.as_numpy(_one_by_one(arrays, stock)))]
 
     def _unfused(arrays):
-        vals = dict(zip(ext, arrays))
-        for n in order:
-            ins = [vals[s] for s in n.inputs]
-            vals[n.outputs[0]] = executor.run_kernel(n.kdef, n.shape_fn, ins, n.attrs)[0]
-        return [vals[root.outputs[0]]]
+        return [_one_by_one(arrays, lambda n, ins: executor.run_kernel(
+            n.kdef, n.shape_fn, ins, n.attrs)[0])]
 
     run_fused.declines = True   # a compile in the background: its ops on TensorFlow
     return run_fused
