@@ -23,6 +23,13 @@ def _calls(f, x, n):
     return [f(x).numpy() for _ in range(n)]
 
 
+def _trial_calls():
+    """Calls enough to settle a small function and finish one trial (blocks of CHOICE_BLOCK
+    per side, the first call of each untimed)."""
+    per_block = functions.CHOICE_BLOCK - 1
+    return 2 * functions.CHOICE_BLOCK * -(-functions.CHOICE_RUNS // per_block) + 6
+
+
 def _choice(name_part):
     fs = tf_backend.stats()["functions"]
     got = [f for k, f in fs.items() if name_part in k and f.get("choice")]
@@ -43,7 +50,7 @@ def test_the_faster_side_runs_the_function_and_results_stay_stock(measuring, mon
     tf_backend.enable()
     # the measured medians decide: make the other side look slower
     monkeypatch.setattr(functions, "CHOICE_MARGIN", 1e9 if forced == "tensorflow" else 1e-9)
-    outs = _calls(choice_probe, x, 2 * (functions.CHOICE_RUNS + 1) + 4)
+    outs = _calls(choice_probe, x, _trial_calls())
     for o in outs:
         np.testing.assert_allclose(o, ref, rtol=1e-6)
     got = _choice("choice_probe")
@@ -65,6 +72,84 @@ def test_functions_with_kernel_state_stay_on_our_executor(measuring, monkeypatch
         return x + tf.random.uniform([4], seed=1)
 
     x = tf.zeros([4])
-    draws = _calls(seeded, x, 2 * (functions.CHOICE_RUNS + 1) + 4)
+    draws = _calls(seeded, x, _trial_calls())
     assert len({d.tobytes() for d in draws}) == len(draws)
     assert _choice("seeded") is None
+
+
+def _probe():
+    w = tf.Variable(np.arange(12, dtype=np.float32).reshape(3, 4))
+
+    @tf.function
+    def probe(x):
+        return tf.nn.relu(tf.matmul(x, w) - 3.0)
+
+    return probe, tf.constant(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3))
+
+
+def _sides(monkeypatch):
+    """The side each call ran on, in order ("tf" / "ours"), from the ledger's call counts."""
+    seen = []
+    orig = ledger.function_called
+
+    def called(name, fallback):
+        if "probe" in name:
+            seen.append("tf" if fallback else "ours")
+        orig(name, fallback)
+
+    monkeypatch.setattr(ledger, "function_called", called)
+    return seen
+
+
+def test_trial_runs_each_side_in_blocks(measuring, monkeypatch):
+    """Each side runs CHOICE_BLOCK calls in a row while measuring (TensorFlow timed right
+    after our kernels ran slower than alone: the choice leaned to ours)."""
+    probe, x = _probe()
+    seen = _sides(monkeypatch)
+    _calls(probe, x, _trial_calls())
+    assert _choice("probe") is not None
+    first = seen.index("tf")
+    blk = functions.CHOICE_BLOCK
+    trial = seen[first:first + 2 * blk]
+    assert trial == ["tf"] * blk + ["ours"] * blk
+
+
+def test_a_choice_of_ours_is_measured_again(measuring, monkeypatch):
+    """A trial taken while the machine was busy can keep a function on our executor wrongly:
+    it is measured again after CHOICE_RECHECK calls (then 10x as many); TensorFlow's choice
+    is final."""
+    monkeypatch.setattr(functions, "CHOICE_RECHECK", 3)
+    probe, x = _probe()
+    monkeypatch.setattr(functions, "CHOICE_MARGIN", 1e-9)   # first trial: ours
+    _calls(probe, x, _trial_calls())
+    got = _choice("probe")
+    assert got["choice"]["runs"] == "ours" and got["choice"]["trials"] == 1
+    monkeypatch.setattr(functions, "CHOICE_MARGIN", 1e9)    # measured again: TensorFlow
+    _calls(probe, x, 3 + _trial_calls())
+    got = _choice("probe")
+    assert got["choice"]["runs"] == "tensorflow" and got["choice"]["trials"] == 2
+    seen = _sides(monkeypatch)
+    _calls(probe, x, 40)
+    assert seen == ["tf"] * 40
+
+
+def test_tensorflows_choice_is_noted_on_the_function_until_caches_or_mode_change(
+        measuring, monkeypatch):
+    probe, x = _probe()
+    ref = probe(x).numpy()
+    monkeypatch.setattr(functions, "CHOICE_MARGIN", 1e9)
+    _calls(probe, x, _trial_calls())
+    assert _choice("probe")["choice"]["runs"] == "tensorflow"
+    seen = _sides(monkeypatch)
+    _calls(probe, x, 2)
+    assert seen == ["tf", "tf"]
+    # a disabled backend counts nothing, whatever the note says
+    tf_backend.disable()
+    np.testing.assert_array_equal(probe(x).numpy(), ref)
+    assert seen == ["tf", "tf"]
+    tf_backend.enable()
+    # programs compiled again: the note names a program that is gone, so ours runs first
+    functions.clear_cache()
+    monkeypatch.setattr(functions, "CHOICE", "off")
+    np.testing.assert_array_equal(probe(x).numpy(), ref)
+    assert seen[-1] == "ours"

@@ -205,9 +205,14 @@ def tf_error(message, code):
     return cls(None, None, message)
 
 
+_context_fn = []   # [tensorflow's context.context]: the import statement cost 1 us a call
+
+
 def ctx():
-    from tensorflow.python.eager import context
-    return context.context()
+    if not _context_fn:
+        from tensorflow.python.eager import context
+        _context_fn.append(context.context)
+    return _context_fn[0]()
 
 
 _CPU0 = re.compile(r"^((/job:(?P<job>[^/]+))?(/replica:(?P<replica>\d+))?"
@@ -386,15 +391,31 @@ def install_function_hook(on_call):
         orig = cls.call_flat
 
         def call_flat(self, *args):
-            if self._bound_context.executing_eagerly() and not _xla_marked(self):
-                out = on_call(self, args)
-                if out is not None:
-                    return out
+            if self._bound_context.executing_eagerly():
+                d = self.__dict__
+                xla = d.get("_tfb_xla")
+                if xla is None:   # the definition's attrs never change: read once
+                    xla = d["_tfb_xla"] = _xla_marked(self)
+                if not xla:
+                    out = on_call(self, args)
+                    if out is not None:
+                        return out
             return orig(self, *args)
 
         call_flat.__wrapped__ = orig
         cls.call_flat = call_flat
         _fn_installed = (cls, orig)
+
+
+def function_note(atomic_fn):
+    """What functions.py noted on this AtomicFunction (its `set_function_note`), or None."""
+    return atomic_fn.__dict__.get("_tfb_note")
+
+
+def set_function_note(atomic_fn, note):
+    """Keep `note` on the AtomicFunction itself: it lives and dies with the function (a table
+    keyed by id() could hand a new function a dead one's note)."""
+    atomic_fn.__dict__["_tfb_note"] = note
 
 
 def call_function_stock(atomic_fn, args):

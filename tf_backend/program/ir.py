@@ -70,7 +70,10 @@ class Program:
         self.cold = True        # interpreted until a run defers no kernel compile (_cold_run)
         self.waited = False     # its last run waited on a background compile (functions.py)
         self.choice = None      # "ours" | "tensorflow": who runs it (functions._choose)
-        self.choice_trial = {"ours": [], "tensorflow": []}   # seconds per call while measuring
+        self.choice_trial = None   # while measuring: seconds per call per side (functions.py)
+        self.choice_rounds = 0  # trials done (functions._retrial measures an "ours" again)
+        self.choice_calls = 0   # calls since the last choice
+        self.choice_recheck = float("inf")   # ...at which it is measured again
         self.kernel_state = None   # any node keeps kernel state between calls (functions.py)
         self.tuned = False      # kernel choices made (tf_backend/autotune.py, first runs)
         self.tune_state = None  # while they are being measured
