@@ -133,6 +133,40 @@ def kernel(*op_types, device="cpu", dtypes=None, type_attr="T"):
     return register
 
 
+VIEWS = {}   # (op_type, device) -> View: the op's outputs may be views of an input's data
+
+
+class View:
+    """An op trait: a runtime with zero-copy views may run `fn(inputs, out_specs, attrs)`
+    instead of the kernel; it returns the outputs as views of inputs[data] (never written
+    through them by the op itself), or None where these inputs need the kernel's copy."""
+    __slots__ = ("op", "fn", "data")
+
+    def __init__(self, op, fn, data):
+        self.op, self.fn, self.data = op, fn, data
+
+
+_view_ops = {}   # device -> the live set of ops with a View (filled as modules register)
+
+
+def view(*op_types, device="cpu", data=0):
+    """Register `fn(inputs, out_specs, attrs)` as the view form of op types (see View)."""
+
+    def register(fn):
+        for op in op_types:
+            VIEWS[(op, device)] = View(op, fn, data)
+            view_ops(device).add(op)
+        return fn
+
+    return register
+
+
+def view_ops(device="cpu"):
+    """The ops with a view form on `device`: one set, kept up to date as kernel modules load
+    (runtimes hold it from import time)."""
+    return _view_ops.setdefault(device, set())
+
+
 # the folder of a device's kernels, where it is not named as the device
 DEVICE_FOLDERS = {"cuda": "gpu"}
 

@@ -1061,3 +1061,45 @@ def test_elementwise_kernels_in_place_give_the_fresh_outputs_bits():
 
 def _out_dtype(e, dt):
     return np.dtype(bool) if e.out == "bool" else dt
+
+
+def test_split_pieces_are_views_where_tensorflow_shares_the_buffer(tf):
+    """Split/SplitV along the first dimension (or after leading 1s) hand out views of the input
+    (TensorFlow's SplitOp shares the buffer there); other splits copy. In-place reuse writes a
+    piece only when nothing else reads the split's input; every call (interpreted first, then
+    the generated driver) gives stock's values."""
+    from tf_backend import executor
+    x = tf.constant(np.arange(48, dtype=np.float32).reshape(12, 4))
+
+    def f(x, n):
+        y = x * 2.0
+        a, b, c = tf.split(y, [2, 4, 6])                  # views of y, read by nothing else
+        d, e = tf.split(x * 0.5 + 1.0, 2, axis=1)         # across rows: copies
+        p, q = tf.split(tf.reshape(y, [1, 48]), 2, axis=1)  # after a leading 1: views
+        return a + 1.0, b * 3.0, c - n, d + 1.0, e, p - 5.0, q, tf.split(x, [3, -1])[1] * n
+
+    args = (x, tf.constant(2.0))
+    tf_backend.disable()
+    ref = [np.asarray(t) for t in tf.function(f)(*args)]
+    functions.clear_cache()
+    with tf_backend.enabled():
+        g = tf.function(f)
+        for _ in range(4):
+            got = [np.asarray(t) for t in g(*args)]
+            for o, r in zip(got, ref):
+                np.testing.assert_array_equal(o, r)
+    functions.clear_cache()
+    y = np.arange(24, dtype=np.float32).reshape(6, 4)
+    pieces = executor._view(_split_node(tf, y, [1, 5], 0), [y, np.array([1, 5]), np.array(0)])
+    assert all(np.shares_memory(p, y) for p in pieces)
+    pieces = executor._view(_split_node(tf, y, [1, 3], 1), [y, np.array([1, 3]), np.array(1)])
+    assert not any(np.shares_memory(p, y) for p in pieces)
+    np.testing.assert_array_equal(np.concatenate(pieces, axis=1), y)
+
+
+def _split_node(tf, y, sizes, axis):
+    def f(y):
+        return tf.split(y, sizes, axis=axis)
+    prog = _program(tf, f, tf.constant(y))
+    passes.optimize(prog)
+    return next(n for n in prog.nodes if n.op == "SplitV")

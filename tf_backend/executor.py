@@ -20,6 +20,8 @@ import numpy as np
 
 from shape_fns import Spec, Unsupported
 
+import kernels
+
 from . import alloc, ledger, trace, tf_adapter as tfa
 from . import devices
 from .devices.cpu import BUFFER, writable
@@ -941,10 +943,12 @@ def _loop_pre(node, vals):
     return [got[s] for s in want]
 
 
-# Ops whose output is the input's data in a new shape: programs hand out a zero-copy view.
-# Views of TensorFlow memory are read-only (as_numpy), and in-place reuse only writes buffers
-# that are writable numpy arrays of ours, so a view never gets written through.
-VIEW_OPS = {"Reshape", "Squeeze", "ExpandDims"}
+# Ops whose outputs are views of an input's data (kernels.view: Reshape, Split along the
+# first dimension, ...): programs hand out zero-copy views. Views of TensorFlow memory are
+# read-only (as_numpy), and in-place reuse writes only writable arrays of ours whose chain of
+# views nothing else reads (passes/inplace.py), so a view never gets written through.
+_HOST = devices.host().name
+VIEW_OPS = kernels.view_ops(_HOST)
 
 
 def _tensorflow_node(node, vals):
@@ -962,15 +966,21 @@ _frames = _Frames()
 
 
 def _view(node, arrays):
-    a = arrays[0]
+    v = kernels.VIEWS[node.op, _HOST]
     specs = node.out_specs
-    if specs is None or math.prod(specs[0].shape) != a.size:
+    n = 0
+    if specs is not None:
+        for sp in specs:
+            n += math.prod(sp.shape)
+    if specs is None or n != arrays[v.data].size:
         # no static shape, or an input whose size changed since (a variable of unknown shape):
         # the shape function checks it and raises TensorFlow's error
-        specs = node.shape_fn([Spec(v.shape, v.dtype, v) for v in arrays], node.attrs)
-    if not a.flags.c_contiguous:
-        a = np.ascontiguousarray(a) if a.ndim else a.copy()
-    return [a.reshape(specs[0].shape)]
+        specs = node.shape_fn([Spec(a.shape, a.dtype, a) for a in arrays], node.attrs)
+    outs = v.fn(arrays, specs, node.attrs)
+    if outs is None:   # not as views (a split across rows): the kernel copies
+        outs = [alloc.empty(sp.shape, sp.dtype) for sp in specs]
+        node.kdef.fn(arrays, outs, node.attrs)
+    return outs
 
 
 shadow_mode = False   # set by tf_backend.switch for TF_BACKEND=shadow

@@ -1,7 +1,7 @@
 """CPU kernels: joining and splitting (ConcatV2, ConcatOffset, Pack, Unpack, Split, SplitV)."""
 import numpy as np
 
-from kernels import kernel
+from kernels import kernel, view
 from shape_fns.errors import InvalidArgumentError
 
 _copyto = np.copyto
@@ -81,3 +81,29 @@ def _split(x, axis, sizes, outputs):
     for n, out in zip(sizes, outputs):
         _copyto(out, x[pre + (slice(start, start + n),)])
         start += n
+
+
+@view("Split", data=1)
+def split_view(inputs, out_specs, attrs):
+    return _split_views(inputs[1], int(inputs[0]), out_specs)
+
+
+@view("SplitV", data=0)
+def split_v_view(inputs, out_specs, attrs):
+    return _split_views(inputs[0], int(inputs[2].reshape(-1)[0]), out_specs)
+
+
+def _split_views(x, axis, out_specs):
+    """The pieces as views of x where each is one contiguous run of it (x C-contiguous, every
+    dimension before `axis` 1): TensorFlow's SplitOp shares the input's buffer on the same
+    condition (split along the first dimension). None otherwise: the kernel copies."""
+    axis = axis + x.ndim if axis < 0 else axis
+    if not (0 <= axis < x.ndim and x.flags.c_contiguous and all(d == 1 for d in x.shape[:axis])):
+        return None
+    pre = (slice(None),) * axis
+    outs, start = [], 0
+    for sp in out_specs:
+        n = sp.shape[axis]
+        outs.append(x[pre + (slice(start, start + n),)])
+        start += n
+    return outs if start == x.shape[axis] else None

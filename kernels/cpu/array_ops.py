@@ -7,7 +7,7 @@ Joining/splitting is in `array_concat_ops.py`, index-driven ops in `array_index_
 """
 import numpy as np
 
-from kernels import kernel
+from kernels import kernel, view
 from shape_fns.array_ops import broadcast_reduce_axes
 from shape_fns.errors import InvalidArgumentError
 
@@ -18,6 +18,14 @@ _copyto = np.copyto
 def reshape(inputs, outputs, attrs):
     out = outputs[0]
     _copyto(out, inputs[0].reshape(out.shape))
+
+
+@view("Reshape", "Squeeze", "ExpandDims")
+def reshape_view(inputs, out_specs, attrs):
+    a = inputs[0]
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a) if a.ndim else a.copy()
+    return [a.reshape(out_specs[0].shape)]
 
 
 @kernel("Bitcast", dtypes=("float16", "bfloat16", "float32", "float64", "int8", "int16",

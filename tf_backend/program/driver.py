@@ -76,7 +76,11 @@ def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None):
         elif kind == "kernel" and n.op in view_ops:
             arrays = "[" + ", ".join(_arr(v) for v in ins) + "]"
             view_n = bind(functools.partial(view, n), "VIEW", i)
-            body += reads + [f"vals[{outs[0]}] = {view_n}({arrays})[0]"]
+            if len(outs) == 1:
+                body += reads + [f"vals[{outs[0]}] = {view_n}({arrays})[0]"]
+            else:
+                body += reads + [f"o = {view_n}({arrays})"]
+                body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
         elif kind in ("kernel", "fused") and n.out_specs is not None and all(
                 s.fully_defined for s in n.out_specs):
             fn = bind(n.fn if kind == "fused" else n.kdef.fn, "F", i)

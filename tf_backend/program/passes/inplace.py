@@ -2,17 +2,19 @@
 afterwards (same shape and dtype, produced by one of our kernels in this program, not a program
 output). At run time the executor reuses the buffer only if it still holds our own numpy array
 (a kernel that fell back to TensorFlow hands back TensorFlow's memory, which is never written)."""
+import kernels
 from kernels.elementwise_table import TABLE
 
-from ...executor import VIEW_OPS
+from ...executor import _HOST, VIEW_OPS
 
 
 def _sole_view_chain(s, producer, consumers, prog):
-    """A view op's output shares its input's buffer (executor.VIEW_OPS): writing it is safe only
-    if every buffer up the chain of views is read by nothing else either."""
+    """A view op's output shares its input's buffer (kernels.view): writing it is safe only if
+    every buffer up the chain of views is read by nothing else either (a split's other pieces
+    are other parts of that buffer)."""
     p = producer.get(s)
     while p is not None and p.kind == "kernel" and p.op in VIEW_OPS:
-        src = p.inputs[0]
+        src = p.inputs[kernels.VIEWS[p.op, _HOST].data]
         if consumers.get(src) != 1 or src in prog.consts:
             return False
         p = producer.get(src)
