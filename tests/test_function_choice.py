@@ -148,8 +148,15 @@ def test_tensorflows_choice_is_noted_on_the_function_until_caches_or_mode_change
     np.testing.assert_array_equal(probe(x).numpy(), ref)
     assert seen == ["tf", "tf"]
     tf_backend.enable()
-    # programs compiled again: the note names a program that is gone, so ours runs first
+    # programs compiled again: the note names a program that is gone (and lets it go), so
+    # ours runs first
+    import gc
+    import weakref
+    prog = weakref.ref(functions._last[0])
+    functions._last[0] = None
     functions.clear_cache()
+    gc.collect()
+    assert prog() is None
     monkeypatch.setattr(functions, "CHOICE", "off")
     np.testing.assert_array_equal(probe(x).numpy(), ref)
     assert seen[-1] == "ours"

@@ -4,6 +4,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 
 import numpy as np
 
@@ -173,9 +174,10 @@ def on_call(atomic_fn, args):
     if note is not None:
         # TensorFlow runs this function by measurement: the note says so without the checks
         # below (on a batch-1 Keras CNN they cost 15-20 us of a 0.3 ms call)
-        mode, gen, device_name, prog, name = note
-        if (prog.choice == "tensorflow" and mode == dispatch.mode and gen == _generation[0]
-                and device_name == tfa.current_device()):
+        mode, gen, device_name, prog_ref, name = note
+        prog = prog_ref()   # weak: clear_cache() frees programs (and what they memoise)
+        if (prog is not None and prog.choice == "tensorflow" and mode == dispatch.mode
+                and gen == _generation[0] and device_name == tfa.current_device()):
             ledger.function_called(name, fallback=True)
             return None
     if dispatch.mode == "off" or not tfa.device_is_cpu(tfa.current_device()):
@@ -225,7 +227,8 @@ def on_call(atomic_fn, args):
         if prog.choice == "tensorflow":
             if not c.dynamic:
                 tfa.set_function_note(atomic_fn, (dispatch.mode, _generation[0],
-                                                  tfa.current_device(), prog, name))
+                                                  tfa.current_device(), weakref.ref(prog),
+                                                  name))
             ledger.function_called(name, fallback=True)
             return None
         prog.choice_calls += 1
