@@ -225,6 +225,10 @@ def test_find_metrics():
     assert script.find_metrics(out) == {"loss": 0.25, "acc": 0.9}
     assert script.find_metrics("val_loss=1e-3 step=5\ndone\n") == {"val_loss": 1e-3}
     assert script.find_metrics("nothing here: 3 items\n") == {}
+    # a script's own print: "fit+build 6.80 s loss 2.3017"
+    assert script.find_metrics("fit+build 6.80 s loss 2.3017\n") == {"loss": 2.3017}
+    assert script.find_metrics("epoch 3 accuracy 0.91 val_loss=0.2\n") == {
+        "accuracy": 0.91, "val_loss": 0.2}
 
 
 def test_parse_shape_and_bootstrap():

@@ -18,14 +18,14 @@ import time
 from . import schema, timing
 
 _NUM = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf"
-_PAIR = re.compile(r"([A-Za-z_][\w./-]*)\s*[:=]\s*(" + _NUM + r")\b", re.IGNORECASE)
+_PAIR = re.compile(r"([A-Za-z_][\w./-]*)(?:\s*[:=]\s*|\s+)(" + _NUM + r")\b", re.IGNORECASE)
 METRIC_NAMES = r"loss|acc|accuracy|error|mse|mae|rmse|auc|f1|precision|recall|perplexity|" \
                r"score|metric|top\d+"
 
 
 def find_metrics(text, names=METRIC_NAMES):
-    """{name: value} from the last line holding a `name: value` / `name=value` pair whose name
-    contains one of `names` (a regex); {} when there is none."""
+    """{name: value} from the last line holding a `name: value` / `name=value` / `name value`
+    pair whose name contains one of `names` (a regex); {} when there is none."""
     want = re.compile(names, re.IGNORECASE)
     for line in reversed(re.split(r"[\r\n]+", text.replace("\x08", ""))):
         pairs = [(k, v) for k, v in _PAIR.findall(line) if want.search(k)]
