@@ -173,7 +173,8 @@ def on_call(atomic_fn, args):
     note = tfa.function_note(atomic_fn)
     if note is not None:
         # TensorFlow runs this function by measurement: the note says so without the checks
-        # below (on a batch-1 Keras CNN they cost 15-20 us of a 0.3 ms call)
+        # below (our hook on a batch-1 Keras CNN's 0.3 ms call: 20-28 us with them, 10-13 with
+        # the note)
         mode, gen, device_name, prog_ref, name = note
         prog = prog_ref()   # weak: clear_cache() frees programs (and what they memoise)
         if (prog is not None and prog.choice == "tensorflow" and mode == dispatch.mode
@@ -309,11 +310,11 @@ def _kernel_state(prog):
 def _new_trial():
     """Blocks of CHOICE_BLOCK calls per side, after one untimed block of TensorFlow's (its
     first calls of a function are slow: a Transformer block's 5.0, 4.5, 3.6 ms, then 3.0);
-    the first call of a block is not timed. Calls alternating one by one timed TensorFlow right after our executor had run:
-    TensorFlow's run of a batch-1 Keras CNN's call_flat takes 177 us after ours against 131 us
-    after its own (AMD EPYC, the same with one numba thread: caches, not spinning threads);
-    one trial in five measured it at 0.6 ms and kept the function on our executor at 2.7x
-    TensorFlow's time."""
+    the first call of a block is not timed. Alternating call by call timed TensorFlow right
+    after our executor had run: a batch-1 Keras CNN's call_flat takes 177 us there against
+    131 us after its own (AMD EPYC, the same with one numba thread: caches, not spinning
+    threads), and one trial in five kept that function on our executor at 2.7x TensorFlow's
+    time."""
     return {"ours": [], "tensorflow": [], "side": "warm", "n": 0}
 
 
@@ -341,10 +342,9 @@ def _choose(prog, name, trial):
 
 
 def _retrial(prog):
-    """Measure again: a trial taken while the machine was busy with something else can keep a
-    function on our executor at twice TensorFlow's time (seen once in five runs of a batch-1
-    Keras CNN on the noisy 2-core VM). TensorFlow's choice is final: it cannot be slower
-    than stock."""
+    """Measure again: a trial is a few calls on a machine that may be busy with something else
+    at that moment, and a wrong "ours" costs every later call. TensorFlow's choice is final:
+    it runs at stock's speed by construction."""
     prog.choice = None
     prog.choice_trial = _new_trial()
 
