@@ -978,9 +978,13 @@ def _view(node, arrays):
         specs = node.shape_fn([Spec(a.shape, a.dtype, a) for a in arrays], node.attrs)
     outs = v.fn(arrays, specs, node.attrs)
     if outs is None:   # not as views (a split across rows): the kernel copies
-        outs = [alloc.empty(sp.shape, sp.dtype) for sp in specs]
-        node.kdef.fn(arrays, outs, node.attrs)
+        outs = run_kernel(node.kdef, node.shape_fn, arrays, node.attrs, specs)
     return outs
+
+
+def view_source(node):
+    """The input slot whose data a view op's outputs are views of (kernels.view's `data`)."""
+    return node.inputs[kernels.VIEWS[node.op, _HOST].data]
 
 
 shadow_mode = False   # set by tf_backend.switch for TF_BACKEND=shadow

@@ -170,18 +170,19 @@ _generation = [0]   # bumped by clear_cache: notes naming older programs are sta
 
 
 def on_call(atomic_fn, args):
+    device_name = tfa.current_device()
     note = tfa.function_note(atomic_fn)
     if note is not None:
         # TensorFlow runs this function by measurement: the note says so without the checks
         # below (our hook on a batch-1 Keras CNN's 0.3 ms call: 20-28 us with them, 10-13 with
         # the note)
-        mode, gen, device_name, prog_ref, name = note
+        mode, gen, noted_device, prog_ref, name = note
         prog = prog_ref()   # weak: clear_cache() frees programs (and what they memoise)
         if (prog is not None and prog.choice == "tensorflow" and mode == dispatch.mode
-                and gen == _generation[0] and device_name == tfa.current_device()):
+                and gen == _generation[0] and noted_device == device_name):
             ledger.function_called(name, fallback=True)
             return None
-    if dispatch.mode == "off" or not tfa.device_is_cpu(tfa.current_device()):
+    if dispatch.mode == "off" or not tfa.device_is_cpu(device_name):
         return None   # a call placed on another device (e.g. a MirroredStrategy replica)
     name, graph = tfa.atomic_fn_info(atomic_fn)
     if name in tfa.ISOLATED_FUNCTIONS:   # a node's own TensorFlow function (execute_isolated)
@@ -227,9 +228,8 @@ def on_call(atomic_fn, args):
     if prog.choice is not None:
         if prog.choice == "tensorflow":
             if not c.dynamic:
-                tfa.set_function_note(atomic_fn, (dispatch.mode, _generation[0],
-                                                  tfa.current_device(), weakref.ref(prog),
-                                                  name))
+                tfa.set_function_note(atomic_fn, (dispatch.mode, _generation[0], device_name,
+                                                  weakref.ref(prog), name))
             ledger.function_called(name, fallback=True)
             return None
         prog.choice_calls += 1

@@ -89,12 +89,10 @@ def _mark_variable_filters(prog, read_slots):
     reshapes as views): with no variable writes in the program, the kernels may keep forms of
     it between calls (Winograd transforms, transposed weights: kernels/cpu/filter_cache.py;
     training programs and eager calls derive them every call or not at all)."""
-    import kernels
-    from ...executor import _HOST, VIEW_OPS
+    from ...executor import VIEW_OPS, view_source
     weights = set(read_slots)
     for n in prog.nodes:
-        if (n.kind == "kernel" and n.op in VIEW_OPS and n.inputs
-                and n.inputs[kernels.VIEWS[n.op, _HOST].data] in weights):
+        if n.kind == "kernel" and n.op in VIEW_OPS and n.inputs and view_source(n) in weights:
             weights.update(n.outputs)
         elif n.kind == "kernel" and n.op in VARIABLE_FILTER_OPS and len(n.inputs) == 2 \
                 and n.inputs[1] in weights:

@@ -2,10 +2,9 @@
 afterwards (same shape and dtype, produced by one of our kernels in this program, not a program
 output). At run time the executor reuses the buffer only if it still holds our own numpy array
 (a kernel that fell back to TensorFlow hands back TensorFlow's memory, which is never written)."""
-import kernels
 from kernels.elementwise_table import TABLE
 
-from ...executor import _HOST, VIEW_OPS
+from ...executor import VIEW_OPS, view_source
 
 
 def _sole_view_chain(s, producer, consumers, prog):
@@ -14,7 +13,7 @@ def _sole_view_chain(s, producer, consumers, prog):
     are other parts of that buffer)."""
     p = producer.get(s)
     while p is not None and p.kind == "kernel" and p.op in VIEW_OPS:
-        src = p.inputs[kernels.VIEWS[p.op, _HOST].data]
+        src = view_source(p)
         if consumers.get(src) != 1 or src in prog.consts:
             return False
         p = producer.get(src)
