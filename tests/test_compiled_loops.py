@@ -201,6 +201,52 @@ def test_small_node_region_compiles_and_matches_stock(tf):
     assert stats["ops"]["MatMul"]["backend"] == 5
 
 
+def _small_cnn_fn(tf, dtype, filt_value=None):
+    rng = np.random.default_rng(3)
+
+    def c(*shape):
+        return tf.constant((rng.standard_normal(shape) * 0.3).astype(dtype))
+
+    f1, f2, f3, w = c(3, 3, 3, 4), c(2, 2, 4, 6), c(3, 3, 6, 5), c(20, 7)
+    if filt_value is not None:
+        f1 = tf.tensor_scatter_nd_update(f1, [[0, 0, 1, 2]], tf.constant([filt_value], dtype))
+
+    @tf.function
+    def f(x):
+        y = tf.nn.relu(tf.nn.conv2d(x, f1, 1, "SAME") + 0.1)
+        y = tf.nn.max_pool2d(y, 3, 2, "SAME")
+        y = tf.nn.conv2d(y, f2, 2, "VALID")
+        y = tf.nn.conv2d(y, f3, 1, "SAME", dilations=2)
+        y = tf.nn.avg_pool2d(y, 2, 1, "SAME")
+        return tf.matmul(tf.reshape(y, (1, -1)), w) + 0.5
+
+    return f, tf.constant(rng.standard_normal((1, 9, 9, 3)).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_region_with_convolutions_and_pools_matches_stock(tf, dtype):
+    """Conv2D (SAME/VALID, strides, dilations, with its epilogue), MaxPool and AvgPool inline in
+    a compiled region (kernels/cpu/loops.py: our kernels' own im2col, product and pool loops):
+    one region for the whole small CNN, stock's result."""
+    f, x = _small_cnn_fn(tf, dtype)
+    stock = f(x).numpy()
+    ours, stats = _run(tf, f, x)
+    _close(ours, [stock], 1e-5 if dtype == np.float32 else 1e-12)
+    regions = {k: v for k, v in stats.get("loops", {}).items() if k.startswith("region[")}
+    assert len(regions) == 1 and all(v["compiled"] for v in regions.values()), stats.get("loops")
+    assert stats["ops"]["Conv2D"]["backend"] == 3 and stats["ops"]["AvgPool"]["backend"] == 1
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf])
+def test_region_convolution_with_a_nonfinite_filter_matches_stock(tf, bad):
+    """A non-finite filter with padding: the region raises on its first output pixel and the
+    nodes run one by one (our kernel leaves it to TensorFlow's, which skips padded taps)."""
+    f, x = _small_cnn_fn(tf, np.float32, bad)
+    stock = f(x).numpy()
+    ours, _ = _run(tf, f, x)
+    np.testing.assert_allclose(ours[0], stock, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 _VARIANTS = {
     "masked_lstm": lambda L: [L.Embedding(50, 8, mask_zero=True), L.LSTM(6), L.Dense(1)],
     "bidirectional_lstm": lambda L: [L.Embedding(50, 8), L.Bidirectional(L.LSTM(6)),

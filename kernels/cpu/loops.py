@@ -100,11 +100,12 @@ class _Module:
         self.fns = {}
         self.ext = {}   # numba functions of other generated modules: alias -> (module, name)
 
-    def extern(self, dispatcher):
-        """An alias for a compiled function of another generated module (fusion.py's loops:
-        cached on disk and shared with the interpreter's fused nodes, so a loop's compile
-        types a call instead of lowering the chain again)."""
-        key = (dispatcher.py_func.__module__, dispatcher.py_func.__name__)
+    def extern(self, dispatcher, name=None):
+        """An alias for a compiled function of another module (fusion.py's loops: cached on
+        disk and shared with the interpreter's fused nodes, so a loop's compile types a call
+        instead of lowering the chain again); `name`: the dispatcher's name in its module
+        where it is not its Python function's."""
+        key = (dispatcher.py_func.__module__, name or dispatcher.py_func.__name__)
         for alias, k in self.ext.items():
             if k == key:
                 return alias
@@ -547,7 +548,78 @@ def _emit_list_addn(ctx, mod, st):
         ctx.emit(f"if {n} != {on}:", "    raise IndexError('AddN')", f"{ob} += {b}[:{n}]")
 
 
-EMIT = {"MatMul": _emit_matmul, "AddN": _emit_addn, "SelectV2": _emit_select}
+def _nhwc(st):
+    fmt = st.attrs.get("data_format", "NHWC")
+    if fmt not in ("NHWC", b"NHWC"):
+        raise Ineligible(f"{st.op}: {fmt!r}")
+
+
+def _emit_conv2d(ctx, mod, st):
+    """Conv2D as our kernel computes it where Winograd does not apply: the patches (conv_ops'
+    im2col) and one product through sgemm/dgemm. With padding, a non-finite first output pixel
+    raises, and the nodes run one by one (our kernel decides, as for any call, whether
+    TensorFlow's runs it: oneDNN skips padded taps, a product with them turns Inf into NaN)."""
+    from kernels.cpu import conv_ops, winograd
+    x, f = st.inputs
+    tx, tw, to = ctx.type(x), ctx.type(f), ctx.type(st.outputs[0])
+    dt = _dt(to)
+    if dt.name not in FLOATS or _dt(tx) != dt or _dt(tw) != dt:
+        raise Ineligible(f"Conv2D on {dt.name}")
+    _nhwc(st)
+    if not gemm.available():
+        raise Ineligible("Conv2D: numpy's OpenBLAS symbols are not available")
+    try:
+        _, xs, g = conv_ops._geometry(tuple(tx[2]), tuple(tw[2]), st.attrs, "Conv2D", dt)
+    except Exception as e:   # the nodes raise it
+        raise Ineligible(f"Conv2D: {type(e).__name__}") from None
+    N, H, W, C = xs
+    KH, KW, _, CO = tw[2]
+    M, K = N * g.oh * g.ow, KH * KW * C
+    if not (M and K and CO):
+        raise Ineligible("Conv2D: empty")
+    if winograd.applies(np.empty((N, 0, 0, 0), dt), np.empty((KH, KW, C, CO), dt), g):
+        raise Ineligible("Conv2D: Winograd's sizes")
+    cols, o = ctx.tmp(), ctx.var(st.outputs[0])
+    im2col = mod.extern(conv_ops._runs_s if g.dw == 1 else conv_ops._im2col_s,
+                        "_runs_s" if g.dw == 1 else "_im2col_s")
+    ctx.emit(f"{cols} = np.empty(({M}, {K}), {_cast(dt)})",
+             f"{im2col}({_operand(ctx, mod, x)}, {cols}.reshape(({M}, {KH * KW}, {C})), 0, "
+             f"{N * g.oh}, {g.oh}, {g.ow}, {KH}, {KW}, {g.sh}, {g.sw}, {g.dh}, {g.dw}, {g.pt}, "
+             f"{g.pl})",
+             f"{o} = np.empty({(N, g.oh, g.ow, CO)!r}, {_cast(dt)})",
+             f"mm{dt.itemsize * 8}({cols}, {_operand(ctx, mod, f)}.reshape(({K}, {CO})), "
+             f"{o}.reshape(({M}, {CO})), False, False)")
+    if g.pt or g.pb or g.pl or g.pr:
+        ctx.emit(f"if not np.isfinite({o}.reshape(({M}, {CO}))[0]).all():",
+                 "    raise ValueError('Conv2D: a non-finite result with padding')")
+
+
+def _emit_pool(ctx, mod, st):
+    """MaxPool / AvgPool by our kernels' own (serial) loops."""
+    from kernels.cpu import pooling_ops
+    x = st.inputs[0]
+    tx, to = ctx.type(x), ctx.type(st.outputs[0])
+    dt = _dt(to)
+    if dt.name not in FLOATS or _dt(tx) != dt:
+        raise Ineligible(f"{st.op} on {dt.name}")
+    _nhwc(st)
+    try:
+        _, g = pooling_ops._window(tuple(tx[2]), st.attrs, st.op, dt)
+    except Exception as e:
+        raise Ineligible(f"{st.op}: {type(e).__name__}") from None
+    if not int(np.prod(to[2], dtype=np.int64)):
+        raise Ineligible(f"{st.op}: empty")
+    name = "max_pool_s" if st.op == "MaxPool" else "avg_pool_s"
+    fn = mod.extern(getattr(pooling_ops, name), name)
+    extra = f", {_literal(np.finfo(dt).min, dt)}" if st.op == "MaxPool" else ""
+    o = ctx.var(st.outputs[0])
+    ctx.emit(f"{o} = np.empty({tuple(to[2])!r}, {_cast(dt)})",
+             f"{fn}({_operand(ctx, mod, x)}, {o}, {g.kh}, {g.kw}, {g.sh}, {g.sw}, {g.pt}, "
+             f"{g.pl}{extra})")
+
+
+EMIT = {"MatMul": _emit_matmul, "AddN": _emit_addn, "SelectV2": _emit_select,
+        "Conv2D": _emit_conv2d, "MaxPool": _emit_pool, "AvgPool": _emit_pool}
 EMIT.update({op: _emit_view for op in VIEWS})
 EMIT.update({op: _emit_movement for op in MOVEMENT})
 EMIT.update({op: _emit_reduce for op in REDUCE})

@@ -193,6 +193,7 @@ def _pair(fn):
 
 _MAX, _AVG, _MAXG, _AVGG, _MAXB = (_pair(f) for f in (_max_pool, _avg_pool, _max_pool_grad,
                                                       _avg_pool_grad, _max_pool_bits))
+max_pool_s, avg_pool_s = _MAX[0], _AVG[0]   # by name: compiled regions (loops.py) call them
 # float16 / bfloat16 max pools on bit patterns: dtype name -> (the dtype's lowest bits, bf)
 _MAX_HALF = {"float16": (np.uint16(0xFBFF), False), "bfloat16": (np.uint16(0xFF7F), True)}
 

@@ -22,7 +22,7 @@ from .compile_loops import _step
 
 MIN_NODES = 6
 MAX_NODES = 64       # numba and LLVM take ~0.1 s a node: a 200-node region compiled in 19 s
-MAX_ELEMENTS = 4096
+MAX_ELEMENTS = 8192
 ENABLED = os.environ.get("TF_BACKEND_REGIONS", "1") != "0"
 
 
