@@ -50,9 +50,8 @@ def run(prog):
                 and all(_small(prog, s) for s in n.outputs)):
             region.append(n)
             derived.update(n.outputs)
-    if len(region) < MIN_NODES or all(n.op in executor.VIEW_OPS for n in region):
-        return prog   # views of the reads cost nothing to make again (a conv bias reshaped
-        # and squeezed back): a key check would cost more, and a compiled region inlines them
+    if len(region) < MIN_NODES:
+        return prog
     inside = {id(n) for n in region}
     used_outside = set(prog.outputs)
     for n in prog.nodes:
