@@ -2,6 +2,8 @@
 calls alternate between our executor and TensorFlow's run of it; the faster stays, in the
 ledger with both medians. The suite runs with the choice off (conftest.py); these tests turn
 it on."""
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -11,7 +13,11 @@ from tf_backend import functions, ledger
 
 
 @pytest.fixture
-def measuring(monkeypatch):
+def measuring(monkeypatch, tmp_path):
+    from tf_backend import choices
+    # a choice TensorFlow wins is recorded in the cache directory (choices.py): one per test
+    monkeypatch.setenv("TF_BACKEND_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(choices, "_table", None)
     monkeypatch.setattr(functions, "CHOICE", "measure")
     monkeypatch.setattr(functions, "CHOICE_RUNS", 3)
     tf_backend.enable()
@@ -160,3 +166,95 @@ def test_tensorflows_choice_is_noted_on_the_function_until_caches_or_mode_change
     monkeypatch.setattr(functions, "CHOICE", "off")
     np.testing.assert_array_equal(probe(x).numpy(), ref)
     assert seen[-1] == "ours"
+
+
+@pytest.fixture
+def choice_records(measuring, tmp_path):
+    return tmp_path
+
+
+def _recorded_probe():
+    w = tf.Variable(np.arange(12, dtype=np.float32).reshape(3, 4))
+
+    @tf.function
+    def recorded_probe(x):
+        return tf.nn.relu(tf.matmul(x, w) - 3.0)
+
+    return recorded_probe, tf.constant(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3))
+
+
+def _probe_stats():
+    return [v for k, v in tf_backend.stats()["functions"].items() if "recorded_probe" in k][-1]
+
+
+def test_tensorflows_choice_is_recorded_for_the_next_process(monkeypatch, choice_records):
+    """A function TensorFlow won is not compiled again by a later process (a cleared cache and
+    a re-read record stand for one): TensorFlow runs it from its first call, the ledger says
+    the choice was recorded, results stay stock's. "remeasure" ignores the record, and a change
+    to our sources (the key's code digest) does too."""
+    from tf_backend import choices
+    f, x = _recorded_probe()
+    tf_backend.disable()
+    ref = f(x).numpy()
+    tf_backend.enable()
+    monkeypatch.setattr(functions, "CHOICE_MARGIN", 1e9)   # TensorFlow wins the trial
+    _calls(f, x, _trial_calls())
+    assert (choice_records / choices.TABLE).exists()
+    table = json.loads((choice_records / choices.TABLE).read_text())
+    assert [v["runs"] for v in table.values()] == ["tensorflow"]
+
+    functions.clear_cache()
+    choices.forget()
+    tf_backend.reset_stats()
+    outs = _calls(f, x, 3)
+    for o in outs:
+        np.testing.assert_allclose(o, ref, rtol=1e-6)
+    got = _probe_stats()
+    assert got["reason"] == functions.RECORDED and not got["compiled"]
+    assert got["choice"]["recorded"] and got["choice"]["runs"] == "tensorflow"
+    assert (got["calls"], got["fallback_calls"]) == (0, 3)
+
+    monkeypatch.setattr(functions, "CHOICE", "remeasure")
+    functions.clear_cache()
+    tf_backend.reset_stats()
+    _calls(f, x, 1)
+    assert _probe_stats()["compiled"]
+
+    monkeypatch.setattr(functions, "CHOICE", "measure")
+    monkeypatch.setattr(choices, "_code", ["another version of our code"])
+    functions.clear_cache()
+    tf_backend.reset_stats()
+    _calls(f, x, 1)
+    assert _probe_stats()["compiled"]
+
+
+def test_our_executors_choice_is_not_recorded(monkeypatch, choice_records):
+    from tf_backend import choices
+    f, x = _recorded_probe()
+    monkeypatch.setattr(functions, "CHOICE_MARGIN", 1e-9)   # our executor wins
+    _calls(f, x, _trial_calls())
+    assert _choice("recorded_probe")["choice"]["runs"] == "ours"
+    assert not (choice_records / choices.TABLE).exists()
+
+
+def test_a_records_key_does_not_depend_on_the_function_counter():
+    """Nested functions' names end in a process-wide counter: the same function traced after
+    other functions (ours or TensorFlow's) gets the same key."""
+    from tf_backend import choices
+
+    def make():
+        @tf.function
+        def loop(x):
+            return tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * 2.0), (0, x))[1]
+        return loop
+
+    x = tf.constant([1.0, 2.0])
+    g1 = make().get_concrete_function(x).graph
+    tf.function(lambda y: y + 1.0).get_concrete_function(x)   # moves the counter
+    g2 = make().get_concrete_function(x).graph
+    names = [[f.signature.name for f in g.as_graph_def().library.function] for g in (g1, g2)]
+    assert names[0] != names[1]
+    assert choices.key(g1, [x]) == choices.key(g2, [x]) is not None
+    g3 = tf.function(lambda y: tf.while_loop(lambda i, v: i < 4, lambda i, v: (i + 1, v * 2.0),
+                                             (0, y))[1]).get_concrete_function(x).graph
+    assert choices.key(g3, [x]) != choices.key(g1, [x])

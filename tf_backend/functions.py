@@ -10,7 +10,7 @@ import numpy as np
 
 from shape_fns import BackendError, Spec
 
-from . import dispatch, executor, ledger, on_device, trace, tf_adapter as tfa
+from . import choices, dispatch, executor, ledger, on_device, trace, tf_adapter as tfa
 from .program import lower, passes
 from .devices.cpu import BUFFER, writable
 from .runtime.program import NodeError
@@ -21,10 +21,11 @@ _lock = threading.Lock()
 
 class Compiled:
     __slots__ = ("name", "program", "reason", "const_outputs", "strict_violations", "graph",
-                 "dynamic", "specialized", "bound")
+                 "dynamic", "specialized", "bound", "choice_key")
 
     def __init__(self, name, program=None, reason=None):
         self.name, self.program, self.reason = name, program, reason
+        self.choice_key = None   # its record's key (choices.py), when looked up
         self.const_outputs = set()
         self.strict_violations = []
         self.graph = None
@@ -42,8 +43,10 @@ MAX_SPECIALIZED = 8
 # in the ledger as `choice` with both medians. Why: on a small program every node pays Python
 # (a batch-1 Keras CNN of 9 nodes: 0.68 ms per call against stock's 0.31 on the AVX2 EPYC VM),
 # and a user who turns the backend on should not lose to stock on it.
-# TF_BACKEND_FUNCTION_CHOICE=off keeps every compiled function on our executor.
+# TF_BACKEND_FUNCTION_CHOICE=off keeps every compiled function on our executor; "remeasure"
+# ignores the choices earlier processes recorded (choices.py) and records anew.
 CHOICE = os.environ.get("TF_BACKEND_FUNCTION_CHOICE", "measure")
+MEASURING = ("measure", "remeasure")
 CHOICE_RUNS = 6
 CHOICE_BLOCK = 4   # calls per side in a row while measuring (functions._new_trial)
 CHOICE_MARGIN = 1.0
@@ -191,12 +194,14 @@ def on_call(atomic_fn, args):
     # shadow programs keep every op as its own node; programs on a device are its own
     key = (name, dispatch.mode == "shadow", device)
     c = _cache.get(key)
-    if c is None:
+    if c is None or (c.reason == RECORDED and dispatch.mode != "on"):
         with _lock:
             c = _cache.get(key)
-            if c is None:
-                c = _cache[key] = compile_function(name, graph, device)
+            if c is None or (c.reason == RECORDED and dispatch.mode != "on"):
+                c = _cache[key] = _recorded(name, graph, device, args) or compile_function(
+                    name, graph, device)
     if c.program is None:
+        _last[0] = None   # nothing to choose (functions.choosing)
         ledger.function_called(name, fallback=True)
         if dispatch.mode == "strict":
             raise tfa.tf_error(f"tf_backend strict mode: function {name} fell back to "
@@ -233,9 +238,9 @@ def on_call(atomic_fn, args):
             ledger.function_called(name, fallback=True)
             return None
         prog.choice_calls += 1
-        if prog.choice_calls >= prog.choice_recheck and CHOICE == "measure":
+        if prog.choice_calls >= prog.choice_recheck and CHOICE in MEASURING:
             _retrial(prog)
-    elif CHOICE == "measure" and dispatch.mode == "on" and not trace.ON and _settled(prog):
+    elif CHOICE in MEASURING and dispatch.mode == "on" and not trace.ON and _settled(prog):
         if prog.choice_trial is None and _kernel_state(prog):
             prog.choice = "ours"
         else:
@@ -247,6 +252,7 @@ def on_call(atomic_fn, args):
             if trial["side"] != "ours":
                 outs = tfa.call_function_stock(atomic_fn, args)
                 _trial_step(prog, name, trial, time.perf_counter() - t_start)
+                _keep(c, prog, trial, args)
                 ledger.function_called(name, fallback=True)
                 return outs
     t0 = trace.now() if trace.ON else 0.0
@@ -270,7 +276,42 @@ def on_call(atomic_fn, args):
         result.append(v)
     if trial is not None:
         _trial_step(prog, name, trial, time.perf_counter() - t_start)
+        _keep(c, prog, trial, args)
     return result
+
+
+RECORDED = "recorded_choice"   # Compiled.reason of a function an earlier process gave to TF
+
+
+def _recorded(name, graph, device, args):
+    """A Compiled with no program when an earlier process measured TensorFlow faster on this
+    function (choices.py): TensorFlow runs it from its first call, nothing compiled. None
+    otherwise (the caller compiles)."""
+    if CHOICE != "measure" or dispatch.mode != "on" or device is not None or trace.ON:
+        return None
+    if not choices.any_recorded():
+        return None
+    k = choices.key(graph, args)
+    got = choices.recorded(k) if k is not None else None
+    if got is None or got.get("runs") != "tensorflow":
+        return None
+    ledger.function_compiled(name, None, RECORDED, 0.0)
+    ledger.function_choice(name, "tensorflow", got["ours_ms"] / 1e3, got["tensorflow_ms"] / 1e3,
+                           0, recorded=True)
+    return Compiled(name, reason=RECORDED)
+
+
+def _keep(c, prog, trial, args):
+    """After a trial step: TensorFlow's choice of a function of static shapes is recorded for
+    later processes (choices.py)."""
+    if (prog.choice != "tensorflow" or c.dynamic or c.graph is None
+            or CHOICE not in MEASURING):
+        return
+    if c.choice_key is None:
+        c.choice_key = choices.key(c.graph, args) or ""
+    if c.choice_key:
+        choices.record(c.choice_key, float(np.median(trial["ours"])),
+                       float(np.median(trial["tensorflow"])))
 
 
 CHOICE_MAX_CALLS = 60
@@ -281,7 +322,7 @@ def choosing():
     """Whether the function called last has its choice still to make (benchmarks call it
     until it is made, at most CHOICE_MAX_CALLS times, so that the chosen side is timed)."""
     prog = _last[0]
-    return (CHOICE == "measure" and dispatch.mode == "on" and prog is not None
+    return (CHOICE in MEASURING and dispatch.mode == "on" and prog is not None
             and prog.choice is None and not _kernel_state(prog))
 
 

@@ -228,12 +228,15 @@ def function_compiled(name, summary, reason, seconds):
             f.update(summary)
 
 
-def function_choice(name, choice, ours_s, tensorflow_s, trials=1):
-    """functions._choose measured who runs a compiled function (the latest of `trials`)."""
+def function_choice(name, choice, ours_s, tensorflow_s, trials=1, recorded=False):
+    """functions._choose measured who runs a compiled function (the latest of `trials`);
+    `recorded`: the choice came from an earlier process (tf_backend/choices.py)."""
     with _lock:
         f = _functions.setdefault(name, {"calls": 0, "fallback_calls": 0})
         f["choice"] = {"runs": choice, "ours_ms": round(ours_s * 1e3, 4),
                        "tensorflow_ms": round(tensorflow_s * 1e3, 4), "trials": trials}
+        if recorded:
+            f["choice"]["recorded"] = True
         f["_touched"] = True
 
 

@@ -141,8 +141,10 @@ def function_lines(functions, max_nodes=6):
                      + (f" ({100 * nk / (nk + nf):.1f}% on backend)" if nk + nf else ""))
         ch = f.get("choice")
         if ch:
-            lines.append(f"      measured: {ch['runs']} runs it (our executor {ch['ours_ms']:.3g} "
-                         f"ms, TensorFlow's {ch['tensorflow_ms']:.3g} ms per call)")
+            lines.append(f"      {'recorded' if ch.get('recorded') else 'measured'}: {ch['runs']} "
+                         f"runs it (our executor {ch['ours_ms']:.3g} ms, TensorFlow's "
+                         f"{ch['tensorflow_ms']:.3g} ms per call"
+                         + (", measured by an earlier run)" if ch.get("recorded") else ")"))
         if fn:
             top = sorted(fn.items(), key=lambda kv: -kv[1])
             lines.append("      fallback nodes: " + ", ".join(f"{op}×{n}" for op, n in

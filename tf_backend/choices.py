@@ -1,0 +1,139 @@
+"""Function choices kept between processes: when the whole-function trial (functions._choose)
+gives a function to TensorFlow, the choice is written to `<cache dir>/function_choices.json`,
+and the next process that calls the same function skips compiling it, our executor's first
+runs and the trial: TensorFlow runs it from the first call, as in stock.
+
+Why: a trial costs the program's compile, its first (cold) run and a dozen calls on the slower
+side. On the recurrent classifier of issue 15 (AMD EPYC, 2 cores) that was 0.4-0.8 s of a
+3.1-3.2 s fit that TensorFlow then ran at its own speed anyway; a user re-running a script
+paid it every time.
+
+Key: a digest of the function's graph (its GraphDef as text, nested functions included and
+renamed by the order the graph reaches them: _canonical), the
+argument signature (dtypes and shapes), the CPU (shape_fns.host.cpu_key), the TensorFlow and
+NumPy versions and a digest of this package's sources (kernels/, shape_fns/, tf_backend/), so a
+change to our code or another machine measures again. Only TensorFlow's choices are kept (our
+executor's are measured again in every process, and again after CHOICE_RECHECK calls).
+
+TF_BACKEND_FUNCTION_CHOICE: "measure" (default) reads and writes the records; "remeasure"
+ignores them and writes what it measures; "off" neither (every function on our executor).
+"""
+import hashlib
+import json
+import os
+import re
+import threading
+
+TABLE = "function_choices.json"   # in kernels.cache_dir()
+MAX_ENTRIES = 4096                # oldest dropped beyond this
+
+_lock = threading.Lock()
+_table = None
+_code = []
+
+
+def _code_digest():
+    """sha1 over this package's, kernels/' and shape_fns/' Python sources (read once)."""
+    if not _code:
+        here = os.path.dirname(os.path.abspath(__file__))
+        roots = [here, os.path.join(os.path.dirname(here), "kernels"),
+                 os.path.join(os.path.dirname(here), "shape_fns")]
+        h = hashlib.sha1()
+        for root in roots:
+            for d, subdirs, files in os.walk(root):
+                subdirs[:] = sorted(s for s in subdirs if s != "__pycache__")
+                for f in sorted(files):
+                    if f.endswith(".py"):
+                        p = os.path.join(d, f)
+                        h.update(os.path.relpath(p, os.path.dirname(here)).encode())
+                        with open(p, "rb") as fh:
+                            h.update(fh.read())
+        _code.append(h.hexdigest()[:16])
+    return _code[0]
+
+
+def key(graph, args):
+    """The record's key for a FuncGraph called with `args` (tensors), or None when the graph
+    cannot be serialised."""
+    import numpy as np
+    from shape_fns.host import cpu_key
+    from . import tf_adapter as tfa
+    try:
+        gd = _canonical(graph.as_graph_def())
+    except Exception:   # noqa: BLE001 - no record for this one; the trial runs
+        return None
+    sig = []
+    for a in args:
+        dt = getattr(a, "dtype", None)
+        try:
+            shape = tfa.shape_tuple(a)
+        except Exception:   # noqa: BLE001 - not an EagerTensor
+            shape = None
+        sig.append([getattr(dt, "name", str(dt)), shape])
+    return json.dumps([hashlib.sha1(gd).hexdigest(), sig, cpu_key(), tfa.tf_version(),
+                       np.__version__, _code_digest()], default=str)
+
+
+def _canonical(gd):
+    """The GraphDef's text with its library functions renamed F0, F1, ... in the order the
+    graph reaches them: their names end in a process-wide counter (`..._while_body_176`) that
+    any other function traced first moves (one of our kernels compiling in the background and
+    its op run by TensorFlow meanwhile was enough: the same training step got four keys in
+    four processes)."""
+    by_name = {f.signature.name: f for f in gd.library.function}
+    top = "".join(str(n) for n in gd.node)
+    if not by_name:
+        return top.encode()
+    pat = re.compile("|".join(re.escape(n) for n in sorted(by_name, key=len, reverse=True)))
+    order, texts = {}, [top]
+    i = 0
+    while i < len(texts):
+        for m in pat.finditer(texts[i]):
+            n = m.group(0)
+            if n not in order:
+                order[n] = f"F{len(order)}"
+                texts.append(str(by_name[n]))
+        i += 1
+    return "\n".join(pat.sub(lambda m: order[m.group(0)], t) for t in texts).encode()
+
+
+def _load():
+    global _table
+    if _table is None:
+        import kernels
+        _table = kernels.read_cache_json(TABLE)
+    return _table
+
+
+def any_recorded():
+    """Whether there is a record at all (no key worth computing otherwise)."""
+    with _lock:
+        return bool(_load())
+
+
+def recorded(k):
+    """The record for key `k` ({"runs", "ours_ms", "tensorflow_ms"}), or None."""
+    with _lock:
+        return _load().get(k)
+
+
+def record(k, ours_s, tensorflow_s):
+    """Keep TensorFlow's choice for key `k` (an unwritable cache directory is not an error)."""
+    import kernels
+    with _lock:
+        t = _load()
+        t[k] = {"runs": "tensorflow", "ours_ms": round(ours_s * 1e3, 4),
+                "tensorflow_ms": round(tensorflow_s * 1e3, 4)}
+        while len(t) > MAX_ENTRIES:
+            t.pop(next(iter(t)))
+        try:
+            kernels.write_cache_json(TABLE, t)
+        except OSError:
+            pass
+
+
+def forget():
+    """Drop what was read (tests point the cache directory elsewhere)."""
+    global _table
+    with _lock:
+        _table = None
