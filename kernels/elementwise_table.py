@@ -140,7 +140,7 @@ ew("Asinh", 1, "math.asinh(x)", FH)
 ew("Acosh", 1, "math.acosh(x)", FH)
 ew("Atanh", 1, "math.atanh(x)", FH)
 ew("Erf", 1, "verf(x)", FH)
-ew("Erfc", 1, "math.erfc(x)", FH)
+ew("Erfc", 1, "verfc(x)", FH)
 ew("Floor", 1, "np.floor(x)", FH)
 ew("Ceil", 1, "np.ceil(x)", FH)
 # TensorFlow's integer Round returns 0 (an Eigen quirk); those dtypes stay with TensorFlow.

@@ -79,3 +79,21 @@ def test_batch_norm_style_mean_is_at_least_as_accurate_as_stock():
         stock_err.append(np.abs(run_stock(fn, [x])[0] - ref).max())
         ours_err.append(np.abs(run_ours(fn, [x])[0][0] - ref).max())
     assert np.mean(ours_err) <= np.mean(stock_err), (ours_err, stock_err)
+
+
+def test_erfc_float32_is_the_correctly_rounded_value_and_keras_gelu_matches_stock():
+    """float32 Erfc (Keras' exact GELU: 0.5 * x * erfc(-x / sqrt 2)) by Eigen's float64 algorithm
+    in vectorisable code (kernels/cpu/scalar.py erfc64): the float32 rounding of libm's erfc
+    (subnormals flushed), everywhere here; GELU within the elementwise contract of stock's."""
+    import math
+    a = np.concatenate([_inputs(4), np.linspace(-12, 12, 4096, dtype=np.float32)])
+    ours, stats = run_ours(tf.math.erfc, [a])
+    assert stats["totals"]["backend"] >= 1
+    want = np.array([math.erfc(float(v)) for v in a]).astype(np.float32)
+    want[np.abs(want) < np.finfo(np.float32).tiny] = 0   # subnormal results flush, as in TF
+    same = (ours[0] == want) | (np.isnan(ours[0]) & np.isnan(want))
+    assert same.all(), (a[~same][:5], ours[0][~same][:5], want[~same][:5])
+    ref = run_stock(tf.nn.gelu, [a])[0]
+    got, stats = run_ours(tf.function(tf.nn.gelu), [a])
+    assert stats["totals"]["backend"] >= 1
+    np.testing.assert_allclose(got[0], ref, rtol=4 * 1.19e-7, atol=4 * 1.19e-7)
