@@ -97,3 +97,20 @@ def test_erfc_float32_is_the_correctly_rounded_value_and_keras_gelu_matches_stoc
     got, stats = run_ours(tf.function(tf.nn.gelu), [a])
     assert stats["totals"]["backend"] >= 1
     np.testing.assert_allclose(got[0], ref, rtol=4 * 1.19e-7, atol=4 * 1.19e-7)
+
+
+def test_expm1_float32_is_the_correctly_rounded_value():
+    """float32 Expm1 in float64 straight-line code (scalar.expm1_64: a Taylor polynomial near 0,
+    exp64 - 1 elsewhere): libm's expm1 rounded to float32 (subnormals flushed), -0.0 kept."""
+    import math
+    a = np.concatenate([_inputs(3), np.linspace(-0.4, 0.4, 4096, dtype=np.float32),
+                        np.array([-0.0, 0.0, 88.7, 88.8, -104.0], np.float32)])
+    ours, stats = run_ours(tf.math.expm1, [a])
+    assert stats["totals"]["backend"] >= 1
+    with np.errstate(over="ignore"):
+        want = np.array([math.expm1(float(v)) if v < 89 else math.inf for v in a]).astype(np.float32)
+    want[np.isnan(a)] = np.nan
+    want[np.abs(want) < np.finfo(np.float32).tiny] *= 0   # subnormal results flush, as in TF
+    same = (ours[0] == want) | (np.isnan(ours[0]) & np.isnan(want))
+    assert same.all(), (a[~same][:5], ours[0][~same][:5], want[~same][:5])
+    assert (np.signbit(ours[0]) == np.signbit(want))[~np.isnan(want)].all()

@@ -223,19 +223,18 @@ def _fma(typingctx, a, b, c):
 
 
 _LOG2E, _LN2_HI, _LN2_LO = 1.4426950408889634, 6.93147180369123816490e-01, 1.90821492927058770002e-10
+_EXP_HI, _EXP_LO = 709.782712893384, -708.3964185322641
 _C = [1.0 / math.factorial(n) for n in range(14)]
 _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9, _C10, _C11, _C12, _C13 = _C[2:]
 
 
 @_jit
 def exp64(z):
-    """exp(z) in float64 (within 1-2 ulp); results below the normal range are 0."""
-    if z > 709.782712893384:
-        return math.inf
-    if z < -708.3964185322641:
-        return 0.0
-    k = np.rint(z * _LOG2E)
-    r = (z - k * _LN2_HI) - k * _LN2_LO
+    """exp(z) in float64 (within 1-2 ulp); results below the normal range are 0. Straight-line
+    code with selects (no early returns), so that loops vectorise."""
+    zc = _EXP_HI if z > _EXP_HI else (_EXP_LO if z < _EXP_LO else z)   # NaN stays NaN
+    k = np.rint(zc * _LOG2E)
+    r = (zc - k * _LN2_HI) - k * _LN2_LO
     p = _fma(_C13, r, _C12)
     p = _fma(p, r, _C11)
     p = _fma(p, r, _C10)
@@ -251,7 +250,27 @@ def exp64(z):
     p = _fma(p, r, 1.0)
     ki = np.int64(k) if k == k else 0   # NaN: p is NaN already; keep the scale defined
     h = ki >> 1
-    return p * _bits_f64((h + 1023) << 52) * _bits_f64((ki - h + 1023) << 52)
+    y = p * _bits_f64((h + 1023) << 52) * _bits_f64((ki - h + 1023) << 52)
+    y = math.inf if z > _EXP_HI else y
+    return 0.0 if z < _EXP_LO else y
+
+
+_EM1 = tuple(1.0 / math.factorial(n) for n in range(2, 15))   # expm1: x**2/2! .. x**14/14!
+
+
+@_jit
+def expm1_64(z):
+    """expm1(z) in float64, straight-line: a Taylor polynomial to x**14/14! where |z| < 0.35
+    (relative error below 1e-16 there), exp64(z) - 1 elsewhere (no cancellation left to
+    matter for a float32 result)."""
+    x = 0.0 if abs(z) >= 0.35 else z
+    p = _EM1[12]
+    for c in _EM1[11::-1]:
+        p = _fma(p, x, c)
+    small = _fma(p * x, x, x)
+    big = exp64(z) - 1.0
+    r = small if abs(z) < 0.35 else big
+    return z if z == 0.0 else r   # -0.0 stays -0.0
 
 
 _SQRT2 = 1.4142135623730951
@@ -355,6 +374,11 @@ def erfc64(a):
     large = _fma(z, p / (xl * q), 2.0 if x < 0.0 else 0.0)
     r = large if big else small
     return a if a != a else r
+
+
+@_jit
+def vexpm1(x):
+    return np.float32(expm1_64(np.float64(x))) if is_f32(x) else math.expm1(x)
 
 
 @_jit
