@@ -213,10 +213,12 @@ def bench_text(doc):
         num = ("n/a" if not main else "ok" if all(n["verdict"] == "ok" for n in main)
                else "MISMATCH")
         led, fled = w["coverage"].get("ours_eager"), w["coverage"].get("ours_function")
-        on_tf = any((f.get("choice") or {}).get("runs") == "tensorflow"
-                    for f in ((fled or {}).get("functions") or {}).values())
+        tf_choices = [f["choice"] for f in ((fled or {}).get("functions") or {}).values()
+                      if (f.get("choice") or {}).get("runs") == "tensorflow"]
+        how = ("recorded" if tf_choices and all(c.get("recorded") for c in tf_choices)
+               else "measured")
         cov = (f"{100 * led['totals']['coverage']:.0f}%" if led else "-") + " / " + \
-            ("TensorFlow (measured)" if on_tf else _pct(node_coverage(fled)))
+            (f"TensorFlow ({how})" if tf_choices else _pct(node_coverage(fled)))
         rows.append((w["name"],) + tuple(fmt_time(med.get(a)) if a in med else "failed"
                                          for a in names)
                     + (ratio(("ours_eager", "stock_eager")),
@@ -225,7 +227,7 @@ def bench_text(doc):
     head = [f"tfb bench: TensorFlow {e['tf_version']}, tf_backend {e['tf_backend_version']}, "
             f"{e['cpus']} CPUs, load average {_load(e)}; median time per call, ratio [95% CI]; "
             f"coverage 'TensorFlow (measured)': TensorFlow was measured faster and runs the "
-            f"function"]
+            f"function ('recorded': measured by an earlier run, tf_backend/choices.py)"]
     errs = [f"  {w['name']}: {r['label']} failed: {r['error']}" for w in doc["workloads"]
             for r in w["runs"] if r["status"] != "ok"]
     return "\n".join(head + table(rows, right=set(range(1, len(names) + 1))) + errs)
