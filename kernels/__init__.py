@@ -46,6 +46,25 @@ def read_cache_json(name):
         return {}
 
 
+class CacheTable:
+    """A JSON object kept as `name` in cache_dir(), read on first use (`value()`), written
+    whole by `save()`, read again after `forget()` (autotune's and function choices)."""
+
+    def __init__(self, name):
+        self.name, self._value = name, None
+
+    def value(self):
+        if self._value is None:
+            self._value = read_cache_json(self.name)
+        return self._value
+
+    def save(self):
+        write_cache_json(self.name, self.value())
+
+    def forget(self):
+        self._value = None
+
+
 def write_cache_json(name, value):
     """Replace `name` in cache_dir() with `value` at once (through a temporary file of this
     process and thread, so concurrent writers never leave half a file); OSError propagates."""

@@ -17,7 +17,7 @@ def measuring(monkeypatch, tmp_path):
     from tf_backend import choices
     # a choice TensorFlow wins is recorded in the cache directory (choices.py): one per test
     monkeypatch.setenv("TF_BACKEND_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(choices, "_table", None)
+    monkeypatch.setattr(choices, "_table", choices.kernels.CacheTable(choices.TABLE))
     monkeypatch.setattr(functions, "CHOICE", "measure")
     monkeypatch.setattr(functions, "CHOICE_RUNS", 3)
     tf_backend.enable()
@@ -173,18 +173,8 @@ def choice_records(measuring, tmp_path):
     return tmp_path
 
 
-def _recorded_probe():
-    w = tf.Variable(np.arange(12, dtype=np.float32).reshape(3, 4))
-
-    @tf.function
-    def recorded_probe(x):
-        return tf.nn.relu(tf.matmul(x, w) - 3.0)
-
-    return recorded_probe, tf.constant(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3))
-
-
 def _probe_stats():
-    return [v for k, v in tf_backend.stats()["functions"].items() if "recorded_probe" in k][-1]
+    return [v for k, v in tf_backend.stats()["functions"].items() if "probe" in k][-1]
 
 
 def test_tensorflows_choice_is_recorded_for_the_next_process(monkeypatch, choice_records):
@@ -193,7 +183,7 @@ def test_tensorflows_choice_is_recorded_for_the_next_process(monkeypatch, choice
     the choice was recorded, results stay stock's. "remeasure" ignores the record, and a change
     to our sources (the key's code digest) does too."""
     from tf_backend import choices
-    f, x = _recorded_probe()
+    f, x = _probe()
     tf_backend.disable()
     ref = f(x).numpy()
     tf_backend.enable()
@@ -230,10 +220,10 @@ def test_tensorflows_choice_is_recorded_for_the_next_process(monkeypatch, choice
 
 def test_our_executors_choice_is_not_recorded(monkeypatch, choice_records):
     from tf_backend import choices
-    f, x = _recorded_probe()
+    f, x = _probe()
     monkeypatch.setattr(functions, "CHOICE_MARGIN", 1e-9)   # our executor wins
     _calls(f, x, _trial_calls())
-    assert _choice("recorded_probe")["choice"]["runs"] == "ours"
+    assert _choice("probe")["choice"]["runs"] == "ours"
     assert not (choice_records / choices.TABLE).exists()
 
 

@@ -21,6 +21,8 @@ import threading
 
 import numpy as np
 
+import kernels
+
 from . import ledger
 
 # ops whose kernels are worth timing against TensorFlow's (products, convolutions and their
@@ -34,7 +36,7 @@ RUNS = 3          # timed runs per side, after one warm-up run each
 MARGIN = 1.05     # TensorFlow's kernel must win by more than this to be chosen (noise)
 
 _lock = threading.Lock()
-_table = None
+_table = kernels.CacheTable(TABLE)
 _chosen = {}      # key -> {"choice", "ours_ms", "stock_ms"} measured or loaded this process
 
 
@@ -44,16 +46,11 @@ def mode():
 
 
 def _load():
-    global _table
-    if _table is None:
-        import kernels
-        _table = kernels.read_cache_json(TABLE)
-    return _table
+    return _table.value()
 
 
 def _save():
-    import kernels
-    kernels.write_cache_json(TABLE, _table)
+    _table.save()
 
 
 def key(node, arrays):
@@ -107,7 +104,6 @@ def describe(got):
 
 
 def clear():
-    global _table
     with _lock:
         _chosen.clear()
-        _table = None
+        _table.forget()

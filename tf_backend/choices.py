@@ -24,11 +24,13 @@ import os
 import re
 import threading
 
+import kernels
+
 TABLE = "function_choices.json"   # in kernels.cache_dir()
 MAX_ENTRIES = 4096                # oldest dropped beyond this
 
 _lock = threading.Lock()
-_table = None
+_table = kernels.CacheTable(TABLE)
 _code = []
 
 
@@ -97,43 +99,33 @@ def _canonical(gd):
     return "\n".join(pat.sub(lambda m: order[m.group(0)], t) for t in texts).encode()
 
 
-def _load():
-    global _table
-    if _table is None:
-        import kernels
-        _table = kernels.read_cache_json(TABLE)
-    return _table
-
-
 def any_recorded():
     """Whether there is a record at all (no key worth computing otherwise)."""
     with _lock:
-        return bool(_load())
+        return bool(_table.value())
 
 
 def recorded(k):
     """The record for key `k` ({"runs", "ours_ms", "tensorflow_ms"}), or None."""
     with _lock:
-        return _load().get(k)
+        return _table.value().get(k)
 
 
 def record(k, ours_s, tensorflow_s):
     """Keep TensorFlow's choice for key `k` (an unwritable cache directory is not an error)."""
-    import kernels
     with _lock:
-        t = _load()
+        t = _table.value()
         t[k] = {"runs": "tensorflow", "ours_ms": round(ours_s * 1e3, 4),
                 "tensorflow_ms": round(tensorflow_s * 1e3, 4)}
         while len(t) > MAX_ENTRIES:
             t.pop(next(iter(t)))
         try:
-            kernels.write_cache_json(TABLE, t)
+            _table.save()
         except OSError:
             pass
 
 
 def forget():
     """Drop what was read (tests point the cache directory elsewhere)."""
-    global _table
     with _lock:
-        _table = None
+        _table.forget()
