@@ -112,8 +112,10 @@ def recorded(k):
 
 
 def record(k, ours_s, tensorflow_s):
-    """Keep TensorFlow's choice for key `k` (an unwritable cache directory is not an error)."""
+    """Keep TensorFlow's choice for key `k` (an unwritable cache directory is not an error).
+    The file is read again first, so what other processes recorded meanwhile stays."""
     with _lock:
+        _table.forget()
         t = _table.value()
         t[k] = {"runs": "tensorflow", "ours_ms": round(ours_s * 1e3, 4),
                 "tensorflow_ms": round(tensorflow_s * 1e3, 4)}
