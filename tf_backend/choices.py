@@ -78,12 +78,20 @@ def key(graph, args):
 
 def _canonical(gd):
     """The GraphDef's text with its library functions renamed F0, F1, ... in the order the
-    graph reaches them: their names end in a process-wide counter (`..._while_body_176`) that
-    any other function traced first moves (one of our kernels compiling in the background and
-    its op run by TensorFlow meanwhile was enough: the same training step got four keys in
-    four processes)."""
+    graph reaches them, and its numeric node names U0, U1, ...: both come from process-wide
+    counters (`..._while_body_176`, a capture's "22290") that any other function traced first
+    moves (one of our kernels compiling in the background and its op run by TensorFlow
+    meanwhile was enough: the same training step got four keys in four processes)."""
     by_name = {f.signature.name: f for f in gd.library.function}
     top = "".join(str(n) for n in gd.node)
+    # captured values' placeholders are named by a process-wide uid too ("22290"): numbered
+    # in graph order, wherever a string starts with one
+    uids = {}
+    for n in gd.node:
+        if n.name.isdigit():
+            uids[n.name] = f"U{len(uids)}"
+    if uids:
+        top = re.sub(r'"(\d+)(?=[":])', lambda m: '"' + uids.get(m.group(1), m.group(1)), top)
     if not by_name:
         return top.encode()
     pat = re.compile("|".join(re.escape(n) for n in sorted(by_name, key=len, reverse=True)))
