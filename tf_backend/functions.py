@@ -198,8 +198,7 @@ def on_call(atomic_fn, args):
         with _lock:
             c = _cache.get(key)
             if c is None or (c.reason == RECORDED and dispatch.mode != "on"):
-                c = _cache[key] = _recorded(name, graph, device, args) or compile_function(
-                    name, graph, device)
+                c = _cache[key] = _recorded_or_compiled(name, graph, device, args)
     if c.program is None:
         _last[0] = None   # nothing to choose (functions.choosing)
         ledger.function_called(name, fallback=True)
@@ -283,22 +282,23 @@ def on_call(atomic_fn, args):
 RECORDED = "recorded_choice"   # Compiled.reason of a function an earlier process gave to TF
 
 
-def _recorded(name, graph, device, args):
+def _recorded_or_compiled(name, graph, device, args):
     """A Compiled with no program when an earlier process measured TensorFlow faster on this
-    function (choices.py): TensorFlow runs it from its first call, nothing compiled. None
-    otherwise (the caller compiles)."""
-    if CHOICE != "measure" or dispatch.mode != "on" or device is not None or trace.ON:
-        return None
-    if not choices.any_recorded():
-        return None
-    k = choices.key(graph, args)
-    got = choices.recorded(k) if k is not None else None
-    if got is None or got.get("runs") != "tensorflow":
-        return None
-    ledger.function_compiled(name, None, RECORDED, 0.0)
-    ledger.function_choice(name, "tensorflow", got["ours_ms"] / 1e3, got["tensorflow_ms"] / 1e3,
-                           0, recorded=True)
-    return Compiled(name, reason=RECORDED)
+    function (choices.py): TensorFlow runs it from its first call, nothing compiled. Else the
+    function compiled, holding the record's key when it was worked out for the lookup."""
+    k = None
+    if (CHOICE == "measure" and dispatch.mode == "on" and device is None and not trace.ON
+            and choices.any_recorded()):
+        k = choices.key(graph, args) or ""
+        got = choices.recorded(k) if k else None
+        if got is not None and got.get("runs") == "tensorflow":
+            ledger.function_compiled(name, None, RECORDED, 0.0)
+            ledger.function_choice(name, "tensorflow", got["ours_ms"] / 1e3,
+                                   got["tensorflow_ms"] / 1e3, 0, recorded=True)
+            return Compiled(name, reason=RECORDED)
+    c = compile_function(name, graph, device)
+    c.choice_key = k
+    return c
 
 
 def _keep(c, prog, trial, args):

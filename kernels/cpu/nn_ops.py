@@ -63,27 +63,26 @@ def _softmax_rows(x, out, log):
         m0 = m1 if m1 > m0 else m0
         m2 = m3 if m3 > m2 else m2
         m = m2 if m2 > m0 else m0
-        for i in range(row.shape[0]):
+        for i in range(n):
             o[i] = vexp(row[i] - m)
         s0 = s1 = s2 = s3 = 0.0   # four partial sums: the adds pipeline
-        n4 = row.shape[0] // 4 * 4
         for i in range(0, n4, 4):
             s0 += o[i]
             s1 += o[i + 1]
             s2 += o[i + 2]
             s3 += o[i + 3]
-        for i in range(n4, row.shape[0]):
+        for i in range(n4, n):
             s0 += o[i]
         s = (s0 + s1) + (s2 + s3)
         if s != s or m == np.inf:
             bad = True
         if log:
             ls = np.log(s)
-            for i in range(row.shape[0]):
+            for i in range(n):
                 o[i] = (row[i] - m) - ls
         else:
             d = row.dtype.type(s)
-            for i in range(row.shape[0]):
+            for i in range(n):
                 o[i] = o[i] / d
     return bad
 

@@ -36,13 +36,17 @@ PARALLEL_MIN = 1 << 16        # transformed elements; below this the transforms 
 
 def applies(x, f, g):
     """True when this algorithm is used for Conv2D(x, f) with geometry g (NHWC, float32)."""
-    if x.dtype != np.float32 or f.dtype != np.float32:
+    return (x.dtype == np.float32 and f.dtype == np.float32
+            and applies_to(x.shape[0], f.shape, g))
+
+
+def applies_to(n, f_shape, g):
+    """applies() from the batch size and the filter's shape (float32 operands)."""
+    if f_shape[0] != 3 or f_shape[1] != 3 or g.sh != 1 or g.sw != 1 or g.dh != 1 or g.dw != 1:
         return False
-    if f.shape[0] != 3 or f.shape[1] != 3 or g.sh != 1 or g.sw != 1 or g.dh != 1 or g.dw != 1:
+    if f_shape[2] < CHANNELS_MIN or f_shape[3] < CHANNELS_MIN:
         return False
-    if f.shape[2] < CHANNELS_MIN or f.shape[3] < CHANNELS_MIN:
-        return False
-    tiles = x.shape[0] * ((g.oh + 1) // 2) * ((g.ow + 1) // 2)
+    tiles = n * ((g.oh + 1) // 2) * ((g.ow + 1) // 2)
     return tiles >= TILES_MIN
 
 

@@ -35,7 +35,8 @@ CALLS = {
     "relu": "relu", "relu6": "relu6", "sign_f": "sign_f", "fmax_nan": "fmax_nan",
     "fmin_nan": "fmin_nan", "vsigmoid": "vsigmoid", "sigmoid": "vsigmoid",
     "vsoftplus": "vsoftplus", "softplus": "vsoftplus", "ftz": "ftz",
-    "vexp": "exp", "vlog": "log", "vlog1p": "log1p", "vtanh": "tanh", "verf": "verf", "verfc": "erfc", "vexpm1": "expm1",
+    "vexp": "exp", "vlog": "log", "vlog1p": "log1p", "vtanh": "tanh", "verf": "verf",
+    "verfc": "erfc", "vexpm1": "expm1",
     "abs": "fabs",
 }
 MATH = {"exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
