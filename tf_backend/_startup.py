@@ -51,7 +51,7 @@ def tune_thread_env():
     OPENBLAS_THREAD_TIMEOUT was tried: it helps ResNet-50's stock arm but makes every GEMM wake
     sleeping threads; Conv2D 56x56x64 went from 0.9x to 1.5-1.9x of stock.)"""
     if "OMP_WAIT_POLICY" not in os.environ:
-        os.environ.setdefault("GOMP_SPINCOUNT", "20000")
+        os.environ.setdefault("GOMP_SPINCOUNT", "2000")
 
 
 def install():

@@ -4,9 +4,14 @@ import os
 # numba's OpenMP workers must not spin long after a parallel loop: on 2 cores they starve BLAS
 # and TensorFlow's own threads (ResNet-50 through our programs: 307 ms with libgomp's default
 # spin, ~150-160 ms with a short one). Passive waiting instead costs every back-to-back launch a
-# wake-up (1M-element Relu 1.2x slower). libgomp reads this at the first parallel kernel.
+# wake-up (1M-element Relu 1.2x slower; `tfb bench` mlp-b64 6% slower than with 20000). Keras
+# training steps mix our kernels with TensorFlow's and serial loops, where a spinning worker
+# only takes the other core: on the AVX2 EPYC VM a recurrent classifier's step used 53 ms of
+# CPU for 33 ms wall with 20000 spins, 33 ms for 25-26 ms wall with 2000 (an MLP fit's step
+# 8.8 -> 6.5 ms of CPU, wall 5.4 -> 5.0), the benchmarks unchanged. libgomp reads this at the
+# first parallel kernel.
 if "OMP_WAIT_POLICY" not in os.environ:
-    os.environ.setdefault("GOMP_SPINCOUNT", "20000")
+    os.environ.setdefault("GOMP_SPINCOUNT", "2000")
 
 import numba  # noqa: E402
 
