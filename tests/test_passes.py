@@ -856,10 +856,12 @@ def test_group_stock_runs_tensorflow_nodes_together_and_keeps_results(tf):
     ws, step = make()
     prog = _program(tf, step, x)
     passes.optimize(prog)
-    kinds = ["tf" if n.kind in ("stock", "reads") else "ours" for n in prog.nodes]
-    assigns = [n.name for n in prog.nodes if n.op == "AssignSubVariableOp"]
+    nodes = list(prog.counted_nodes())   # a stock_runs group's nodes in its place
+    kinds = ["tf" if n.kind in ("stock", "reads") else "ours" for n in nodes]
+    assigns = [n.name for n in nodes if n.op == "AssignSubVariableOp"]
+    assert len(assigns) == 4
     first = kinds.index("ours")
-    assert all(n.op == "ReadVariableOp" for n in prog.nodes[:first] if n.kind == "stock")
+    assert all(n.op == "ReadVariableOp" for n in nodes[:first] if n.kind == "stock")
     tail = kinds[len(kinds) - len(assigns):]
     assert tail == ["tf"] * len(assigns), kinds          # the assignments run together, last
     assert assigns == sorted(assigns, key=lambda s: (len(s), s))   # in their program order
@@ -907,12 +909,15 @@ def test_read_runs_one_call_per_run_in_a_program_that_writes(tf):
     assert any(note.startswith("read_runs") for note in prog.notes)
     # the read of m after its assign_add is answered by the program (forward_writes): an
     # alias of m's first read plus the update, computed before the assignment
-    index = {id(n): i for i, n in enumerate(prog.nodes)}
-    add = next(n for n in prog.nodes if n.op == "AssignAddVariableOp")
-    forwarded = [n for n in prog.counted_nodes() if n.name.endswith("/forwarded")]
+    # (stock_runs may put the assignments and reads in one TensorFlow call: its nodes counted
+    # in its place)
+    nodes = list(prog.counted_nodes())
+    index = {id(n): i for i, n in enumerate(nodes)}
+    add = next(n for n in nodes if n.op == "AssignAddVariableOp")
+    forwarded = [n for n in nodes if n.name.endswith("/forwarded")]
     assert len(forwarded) == 1 and forwarded[0].op == "AddV2", prog.dump()
     assert any(note.startswith("forward_writes") for note in prog.notes)
-    later_reads = [n for n in prog.nodes if n.kind in ("reads", "stock")
+    later_reads = [n for n in nodes if n.kind in ("reads", "stock")
                    and n.op == "ReadVariableOp" and add.inputs[0] in n.inputs
                    and index[id(n)] > index[id(add)]]
     assert not later_reads, prog.dump()
@@ -928,9 +933,86 @@ def test_read_runs_one_call_per_run_in_a_program_that_writes(tf):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
     # every read still counted, one per variable read, on TensorFlow
     reads = tf_backend.stats()["ops"]["ReadVariableOp"]
-    left = sum(len(n.outputs) if n.kind == "reads" else 1 for n in prog.nodes
+    left = sum(len(n.outputs) if n.kind == "reads" else 1 for n in nodes
                if n.kind in ("reads", "stock") and n.op == "ReadVariableOp")
     assert reads.get("fallback", 0) == 3 * left, reads
+
+
+def test_stock_runs_variable_ops_in_one_call_with_stock_results(tf):
+    """An Adam-like step's assignments and the reads between them (a slot read back after its
+    update, a weight's shape) become TensorFlow groups, one call each, their ops in program
+    order: results, variables and the ledger's per-op counts are stock's, and a failing
+    assignment inside a group raises TensorFlow's error class."""
+    rng = np.random.default_rng(11)
+    init = [rng.standard_normal(s).astype(np.float32) for s in ((64, 128), (128,), (128, 8))]
+
+    def make():
+        ws = [tf.Variable(v) for v in init]
+        ms = [tf.Variable(np.zeros_like(v)) for v in init]
+        step_n = tf.Variable(np.int64(0))
+
+        def step(x):
+            with tf.GradientTape() as tape:
+                h = tf.nn.relu(tf.matmul(x, ws[0]) + ws[1])
+                loss = tf.reduce_mean(tf.matmul(h, ws[2]))
+            grads = tape.gradient(loss, ws)
+            step_n.assign_add(1)
+            for w, m, g in zip(ws, ms, grads):
+                m.assign_add(0.1 * (g - m))
+                w.assign_sub(0.01 * m / (1.0 + tf.cast(step_n, tf.float32)))
+            shape = tf.raw_ops.VariableShape(input=ws[0].handle)
+            return loss, shape, ws[2].read_value()
+        return ws, ms, step_n, step
+
+    x = tf.constant(rng.standard_normal((16, 64)).astype(np.float32))
+    ws, ms, n, step = make()
+    prog = _program(tf, step, x)
+    passes.optimize(prog)
+    groups = [g for g in prog.nodes if "group" in g.attrs]
+    assert groups and any(note.startswith("stock_runs") for note in prog.notes), prog.dump()
+    members = [m.op for g in groups for m in g.attrs["nodes"]]
+    assert members.count("AssignSubVariableOp") >= 2, members
+    # no variable op of a group is also left outside it
+    assert not any(g in prog.nodes for grp in groups for g in grp.attrs["nodes"])
+
+    sws, sms, sn, sstep = make()
+    ref = [[np.asarray(t) for t in tf.function(sstep)(x)] for _ in range(3)]
+    # the pass changes no bits: the same program without it
+    uws, ums, un, ustep = make()
+    unpassed = [_run(tf, ustep, x, disable="stock_runs") for _ in range(3)]
+    functions.clear_cache()
+    tf_backend.reset_stats()
+    with tf_backend.enabled():
+        got = [[np.asarray(t) for t in tf.function(step)(x)] for _ in range(3)]
+    for g, u, r in zip(got, unpassed, ref):
+        for a, b, c in zip(g, u, r):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-4)   # our products' rounding
+    for a, b, c in zip(ws + ms + [n], uws + ums + [un], sws + sms + [sn]):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-4, atol=1e-6)
+    ops = tf_backend.stats()["ops"]
+    assert ops["AssignSubVariableOp"].get("fallback", 0) == 3 * 3, ops["AssignSubVariableOp"]
+    assert ops["AssignAddVariableOp"].get("fallback", 0) == 3 * 4, ops["AssignAddVariableOp"]
+
+    v = tf.Variable(np.zeros((2, 3), np.float32))
+    w = tf.Variable(np.zeros((2, 3), np.float32))
+
+    def bad(y):
+        v.assign_add(tf.ones((2, 3)))
+        w.assign_add(y)          # wrong shape at run time, inside the group
+        v.assign_sub(tf.ones((2, 3)))
+        return tf.constant(1.0)
+    sig = [tf.TensorSpec([None, None], tf.float32)]
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.function(bad, input_signature=sig)(tf.ones((3, 4)))
+    functions.clear_cache()
+    with tf_backend.enabled():
+        prog = _program(tf, bad, tf.TensorSpec([None, None], tf.float32))
+        passes.optimize(prog)
+        assert any("group" in g.attrs for g in prog.nodes), prog.dump()
+        with pytest.raises(tf.errors.InvalidArgumentError, match="AssignAddVariableOp"):
+            tf.function(bad, input_signature=sig)(tf.ones((3, 4)))
 
 
 def test_forward_writes_reads_after_updates_match_stock(tf):

@@ -214,7 +214,7 @@ def _direct_tensorflow(node):
     if node.kind == "reads":
         return "reads"
     if (node.kind == "stock" and node.attrs.get("xla_function") is None
-            and node.op not in tfa.KERNEL_STATE_OPS):
+            and node.op not in tfa.KERNEL_STATE_OPS and "group" not in node.attrs):
         return "stock"
     return None
 
@@ -1020,6 +1020,9 @@ def _stock(node, values):
     fname = node.attrs.get("xla_function")
     if fname is not None:   # lower._xla_call: the function by name, compiled by XLA
         return tfa.execute_stock(fname, ins, (), len(node.outputs))
+    group = node.attrs.get("group")
+    if group is not None:   # passes/stock_runs.py: several variable ops in one call
+        return tfa.execute_group(group, ins, len(node.outputs))
     if node.op in tfa.KERNEL_STATE_OPS:   # its own kernel (and generator state), as in stock
         return tfa.execute_isolated(node.state_key or node, node.op, ins, node.raw_attrs)
     return tfa.execute_stock(node.op, ins, node.raw_attrs, len(node.outputs))

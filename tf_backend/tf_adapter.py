@@ -545,6 +545,8 @@ def _stock_state():
     c.ensure_initialized()
     with _readers_lock:
         _readers.clear()
+    with _groups_lock:
+        _groups_here.clear()
     st = _stock["ctx"] = (c._handle, pywrap_tfe.TFE_Py_Execute, core, c, context)
     return st
 
@@ -703,6 +705,102 @@ def _make_reader(dtype_enums):
     fdef = tf.function(read_all, autograph=False).get_concrete_function(*specs).function_def
     ctx().add_function_def(fdef)
     return fdef.signature.name
+
+
+# Variable ops a program may hand TensorFlow as one function call (passes/stock_runs.py): their
+# inputs are handles and values of known dtypes, their outputs plain tensors or nothing.
+GROUP_OPS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+                       "ReadVariableOp", "VariableShape"})
+GROUP_NODE_OP = "TensorFlowGroup"   # the op name such a group's node carries (no compute)
+_group_fdefs = {}     # group description -> FunctionDef (built once per process)
+_groups_here = {}     # group description -> function name registered in the current context
+_groups_lock = threading.Lock()
+
+
+def execute_group(group, inputs, num_outputs):
+    """Run a group of TensorFlow ops (passes/stock_runs.py's description) as one call of a graph
+    function registered in the current context: one trip through TFE_Py_Execute instead of one
+    per op. Its ops run one after another in the group's order (each with a control edge on the
+    one before), as the separate calls would; an error is the failing op's, raised from the
+    call."""
+    st = _stock.get("ctx")
+    if st is None or st[4]._context is not st[3]:
+        _stock_state()
+    name = _groups_here.get(group)
+    if name is None:
+        with _groups_lock:
+            name = _groups_here.get(group)
+            if name is None:
+                fdef = _group_fdefs.get(group)
+                if fdef is None:
+                    fdef = _group_fdefs[group] = _group_fdef(group)
+                ctx().add_function_def(fdef)
+                name = _groups_here[group] = fdef.signature.name
+    return execute_stock(name, inputs, (), num_outputs)
+
+
+def group_input_type(op, k, flat):
+    """The dtype enum (or "resource") input k of `op` takes with attrs `flat`; None when it is
+    not one plain tensor of a type the attrs name."""
+    od = op_def(op)
+    if od is None or k >= len(od.input_arg):
+        return None
+    a = od.input_arg[k]
+    if a.number_attr or a.type_list_attr:
+        return None
+    if a.type == 20:   # DT_RESOURCE
+        return "resource"
+    if a.type:
+        return a.type
+    for name, v in zip(flat[::2], flat[1::2]):
+        if name == a.type_attr:
+            return v
+    return None
+
+
+def _group_fdef(group):
+    """group: (in_types, members, outputs). in_types: a TF dtype enum per input, or "resource";
+    members: (op, refs, flat attrs, name) with refs ("i", k) for input k or ("o", j, m) for
+    output m of member j; outputs: (j, m) pairs."""
+    import tensorflow as tf
+    in_types, members, outputs = group
+    sig = [tf.TensorSpec([], tf.resource) if t == "resource"
+           else tf.TensorSpec(None, tf.dtypes.as_dtype(t)) for t in in_types]
+
+    def body(*ins):
+        made, prev = {}, []
+        for j, (op, refs, flat, name) in enumerate(members):
+            args = [ins[r[1]] if r[0] == "i" else made[r[1], r[2]] for r in refs]
+            with tf.control_dependencies(prev):
+                out = _raw_call(op, args, flat, name)
+            if isinstance(out, tf.Operation):
+                prev = [out]
+            else:
+                outs = list(out) if isinstance(out, (list, tuple)) else [out]
+                for m, o in enumerate(outs):
+                    made[j, m] = o
+                prev = [outs[0].op] if outs else []
+        return [made[j, m] for j, m in outputs]
+
+    fn = tf.function(body, input_signature=sig, autograph=False)
+    return fn.get_concrete_function().function_def
+
+
+def _raw_call(op, args, flat, name):
+    import tensorflow as tf
+    od = op_def(op)
+    inferred = set()
+    for a in od.input_arg:
+        inferred.update(x for x in (a.type_attr, a.number_attr, a.type_list_attr) if x)
+    kwargs = {}
+    for k, v in zip(flat[::2], flat[1::2]):
+        if k in inferred:
+            continue
+        kind = next((a.type for a in od.attr if a.name == k), None)
+        kwargs[k] = tf.dtypes.as_dtype(v) if kind == "type" else v
+    raw = getattr(tf.raw_ops, op)
+    return raw(**dict(zip([a.name for a in od.input_arg], args)), **kwargs,
+               name=re.sub(r"[^A-Za-z0-9_.\-/]", "_", name).strip("/") or op)
 
 
 def const_value(op):

@@ -34,6 +34,8 @@ import time
 
 import numpy as np
 
+from .tf_adapter import GROUP_NODE_OP
+
 MODES = ("eager", "function", "fit")
 ISSUE_MODELS = ("mlp", "cnn", "resnet50", "mobilenetv2", "densenet121", "transformer", "lstm")
 CI_MODELS = ("small_mlp", "small_cnn", "resnet_block")
@@ -77,7 +79,8 @@ def excluded(op):
     """True for ops that are not compute: state (resource/variant/string args), NoOp, calls."""
     r = _excluded_cache.get(op)
     if r is None:
-        if op in _CALL_OPS or op.startswith("__inference") or op.startswith("__forward"):
+        if (op in _CALL_OPS or op.startswith("__inference") or op.startswith("__forward")
+                or op == GROUP_NODE_OP):   # variable ops in one call (passes/stock_runs.py)
             r = True
         else:
             from . import dispatch

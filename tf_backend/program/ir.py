@@ -152,9 +152,10 @@ class Program:
         return self
 
     def counted_nodes(self):
-        """The nodes as the ledger counts them: a memo's or region's inner nodes in its place."""
+        """The nodes as the ledger counts them: a memo's, region's or TensorFlow group's inner
+        nodes in its place."""
         for n in self.nodes:
-            if n.kind in ("memo", "region"):
+            if n.kind in ("memo", "region") or "group" in n.attrs:
                 yield from n.attrs["nodes"]
             else:
                 yield n
@@ -187,7 +188,7 @@ class Program:
                          f"[{n.name}] {' '.join(extra)}".rstrip())
             for i, sub in enumerate(n.subs):
                 lines.extend("      " + l for l in sub.dump().splitlines())
-            if n.kind in ("memo", "region"):
+            if n.kind in ("memo", "region") or "group" in n.attrs:
                 for m in n.attrs["nodes"]:
                     mo = ", ".join(slot(s) for s in m.outputs)
                     mi = ", ".join(f"%{s}" for s in m.inputs)

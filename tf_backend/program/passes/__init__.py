@@ -6,11 +6,12 @@ import os
 
 from . import (batch_reads, canonicalize, compile_loops, compile_regions, const_fold, dce,
                epilogue, forward_writes, fuse_elementwise, fuse_reduce, group_stock, identity,
-               inplace, loop_reads, memo, read_runs, schedule, shapes, tensor_lists)
+               inplace, loop_reads, memo, read_runs, schedule, shapes, stock_runs,
+               tensor_lists)
 
 PIPELINE = (tensor_lists, identity, canonicalize, shapes, const_fold, dce, batch_reads,
             fuse_elementwise, fuse_reduce, epilogue, memo, forward_writes, group_stock, read_runs,
-            compile_regions, inplace, schedule)
+            stock_runs, compile_regions, inplace, schedule)
 # after the sub-programs are optimised (their reads batched, their aliases gone)
 POST_SUBS = (loop_reads, compile_loops)
 # device-independent: what program files keep (tf_backend.export) and what a tf.function gets
@@ -20,7 +21,7 @@ PORTABLE = (identity, canonicalize, shapes, const_fold, dce)
 
 
 SHADOW_OFF = {"tensor_lists", "canonicalize", "fuse_elementwise", "fuse_reduce", "epilogue",
-              "inplace", "batch_reads", "read_runs", "forward_writes", "memo", "compile_loops",
+              "inplace", "batch_reads", "read_runs", "stock_runs", "forward_writes", "memo", "compile_loops",
               "compile_regions"}
 
 
@@ -45,6 +46,7 @@ def optimize(prog, table=None):
         prog.finalize()
     for n in prog.nodes:
         for sub in n.subs:
+            sub.nested = True   # a branch or loop body (stock_runs leaves their reads alone)
             optimize(sub, table)
     if table is not None:
         return prog

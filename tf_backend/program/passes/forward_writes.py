@@ -53,6 +53,7 @@ def run(prog):
             v = value.get(h)
             if v is not None and _same(prog, v, n.outputs[0]):
                 n.kind, n.op, n.inputs, n.reason, n.raw_attrs = "alias", "Identity", [v], None, ()
+                n.ctrl = []   # it reads our value, not the variable: no wait for the update
                 forwarded += 1
             else:
                 value[h] = n.outputs[0]
