@@ -611,7 +611,9 @@ def execute_isolated(key, op_type, inputs, flat_attrs):
     return list(f(*inputs))
 
 
-def _single_op_function(op_type, inputs, flat_attrs):
+def _raw_op(op_type, flat_attrs):
+    """(tf.raw_ops function, its input names, keyword attrs) for an op and its flat attrs; the
+    attrs its inputs' types imply are left for the call to infer."""
     import tensorflow as tf
     od = op_def(op_type)
     inferred = set()
@@ -623,8 +625,12 @@ def _single_op_function(op_type, inputs, flat_attrs):
             continue
         kind = next((a.type for a in od.attr if a.name == name), None)
         kwargs[name] = tf.dtypes.as_dtype(value) if kind == "type" else value
-    raw = getattr(tf.raw_ops, op_type)
-    names = [a.name for a in od.input_arg]
+    return getattr(tf.raw_ops, op_type), [a.name for a in od.input_arg], kwargs
+
+
+def _single_op_function(op_type, inputs, flat_attrs):
+    import tensorflow as tf
+    raw, names, kwargs = _raw_op(op_type, flat_attrs)
     sig = [tf.TensorSpec([None] * t.shape.rank, t.dtype) for t in inputs]   # any dims
 
     @tf.function(input_signature=sig, autograph=False)
@@ -787,19 +793,8 @@ def _group_fdef(group):
 
 
 def _raw_call(op, args, flat, name):
-    import tensorflow as tf
-    od = op_def(op)
-    inferred = set()
-    for a in od.input_arg:
-        inferred.update(x for x in (a.type_attr, a.number_attr, a.type_list_attr) if x)
-    kwargs = {}
-    for k, v in zip(flat[::2], flat[1::2]):
-        if k in inferred:
-            continue
-        kind = next((a.type for a in od.attr if a.name == k), None)
-        kwargs[k] = tf.dtypes.as_dtype(v) if kind == "type" else v
-    raw = getattr(tf.raw_ops, op)
-    return raw(**dict(zip([a.name for a in od.input_arg], args)), **kwargs,
+    raw, names, kwargs = _raw_op(op, flat)
+    return raw(**dict(zip(names, args)), **kwargs,
                name=re.sub(r"[^A-Za-z0-9_.\-/]", "_", name).strip("/") or op)
 
 
