@@ -993,6 +993,33 @@ def test_stock_runs_variable_ops_in_one_call_with_stock_results(tf):
         np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-4, atol=1e-6)
     ops = tf_backend.stats()["ops"]
     assert ops["AssignSubVariableOp"].get("fallback", 0) == 3 * 3, ops["AssignSubVariableOp"]
+    # a group whose function cannot be built runs its ops one by one, with the same results
+    from tf_backend import tf_adapter
+
+    refused = []
+
+    def refuse(group):
+        refused.append(group)
+        raise ValueError("no function for this group")
+    fws, fms, fn_, fstep = make()
+    functions.clear_cache()
+    tf_adapter._group_fdefs.clear()
+    tf_adapter._groups_here.clear()
+    old = tf_adapter._group_fdef
+    tf_adapter._group_fdef = refuse
+    try:
+        with tf_backend.enabled():
+            alone = [[np.asarray(t) for t in tf.function(fstep)(x)] for _ in range(3)]
+    finally:
+        tf_adapter._group_fdef = old
+        tf_adapter._group_fdefs.clear()
+        tf_adapter._groups_here.clear()
+    assert len(refused) == len(groups)   # each group tried once, then its ops alone
+    for g, a in zip(got, alone):
+        for p, q in zip(g, a):
+            np.testing.assert_array_equal(p, q)
+    for a, b in zip(ws + ms + [n], fws + fms + [fn_]):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert ops["AssignAddVariableOp"].get("fallback", 0) == 3 * 4, ops["AssignAddVariableOp"]
 
     v = tf.Variable(np.zeros((2, 3), np.float32))

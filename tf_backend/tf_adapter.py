@@ -718,6 +718,7 @@ def _make_reader(dtype_enums):
 GROUP_OPS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
                        "ReadVariableOp", "VariableShape"})
 GROUP_NODE_OP = "TensorFlowGroup"   # the op name such a group's node carries (no compute)
+GROUP_OUTPUTS = {"ReadVariableOp": 1, "VariableShape": 1}   # outputs per op (others: none)
 _group_fdefs = {}     # group description -> FunctionDef (built once per process)
 _groups_here = {}     # group description -> function name registered in the current context
 _groups_lock = threading.Lock()
@@ -728,7 +729,8 @@ def execute_group(group, inputs, num_outputs):
     function registered in the current context: one trip through TFE_Py_Execute instead of one
     per op. Its ops run one after another in the group's order (each with a control edge on the
     one before), as the separate calls would; an error is the failing op's, raised from the
-    call."""
+    call. Where the function cannot be built or registered (an op or attr the tracer refuses),
+    the ops run one by one instead, in the same order."""
     st = _stock.get("ctx")
     if st is None or st[4]._context is not st[3]:
         _stock_state()
@@ -739,10 +741,34 @@ def execute_group(group, inputs, num_outputs):
             if name is None:
                 fdef = _group_fdefs.get(group)
                 if fdef is None:
-                    fdef = _group_fdefs[group] = _group_fdef(group)
-                ctx().add_function_def(fdef)
-                name = _groups_here[group] = fdef.signature.name
+                    try:
+                        fdef = _group_fdef(group)
+                    except Exception:  # noqa: BLE001 - the ops alone still run
+                        fdef = False
+                    _group_fdefs[group] = fdef
+                if fdef is False:
+                    name = False
+                else:
+                    try:
+                        ctx().add_function_def(fdef)
+                        name = fdef.signature.name
+                    except Exception:  # noqa: BLE001
+                        name = False
+                _groups_here[group] = name
+    if name is False:
+        return execute_group_ops(group, inputs)
     return execute_stock(name, inputs, (), num_outputs)
+
+
+def execute_group_ops(group, inputs):
+    """A group's ops as separate eager calls, in order (what the group replaced)."""
+    _, members, outputs = group
+    made = {}
+    for j, (op, refs, flat, _name) in enumerate(members):
+        args = [inputs[r[1]] if r[0] == "i" else made[r[1], r[2]] for r in refs]
+        for m, o in enumerate(execute_stock(op, args, flat, GROUP_OUTPUTS.get(op, 0)) or ()):
+            made[j, m] = o
+    return [made[j, m] for j, m in outputs]
 
 
 def group_input_type(op, k, flat):

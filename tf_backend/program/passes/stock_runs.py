@@ -61,8 +61,7 @@ def _group(run, aliases, later_uses, prog_outputs):
                     in_types.append(tfa.group_input_type(op, k, flat))
                 refs.append(("i", in_slots.index(s)))
             j = len(members)
-            n_out = 1 if op in ("ReadVariableOp", "VariableShape") else 0
-            for m in range(n_out):
+            for m in range(tfa.GROUP_OUTPUTS.get(op, 0)):
                 made[next(outs)] = (j, m)
             members.append((op, tuple(refs), flat, n.name))
             names.append(n.name)
