@@ -1025,10 +1025,14 @@ def test_stock_runs_variable_ops_in_one_call_with_stock_results(tf):
     v = tf.Variable(np.zeros((2, 3), np.float32))
     w = tf.Variable(np.zeros((2, 3), np.float32))
 
+    us = [tf.Variable(np.zeros((2, 3), np.float32)) for _ in range(3)]
+
     def bad(y):
         v.assign_add(tf.ones((2, 3)))
         w.assign_add(y)          # wrong shape at run time, inside the group
         v.assign_sub(tf.ones((2, 3)))
+        for u in us:
+            u.assign_add(tf.ones((2, 3)))
         return tf.constant(1.0)
     sig = [tf.TensorSpec([None, None], tf.float32)]
     with pytest.raises(tf.errors.InvalidArgumentError):

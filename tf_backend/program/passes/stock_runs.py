@@ -3,7 +3,7 @@
 group_stock gathers a program's TensorFlow nodes into runs and read_runs merges the reads among
 them; a training step still makes one eager call per assignment (a Keras Adam step: three per
 variable, at the end of the step, 50-270 us each on the AVX2 EPYC VM against ~10-20 us back to
-back in a loop). Here each run of two or more consecutive variable ops (tf_adapter.GROUP_OPS
+back in a loop). Here each run of MIN_OPS or more consecutive variable ops (tf_adapter.GROUP_OPS
 nodes and `reads` nodes, on the program's own handles) becomes one `stock` node that
 TensorFlow runs as a graph function (tf_adapter.execute_group), its ops chained by control
 edges in the run's order, so each variable sees the same sequence of reads and writes as
@@ -14,7 +14,11 @@ from ... import tf_adapter as tfa
 from ..ir import Node
 from .batch_reads import redirect_ctrl
 
-MIN_OPS = 2
+# One group call costs ~75 us plus ~2 us an op; the same ops back to back as eager calls ~40 us
+# for the first and ~10 us for each next (AVX2 EPYC, /tmp-style microbenchmark of N
+# AssignAddVariableOps after a 16 MB pass: N=2 48 vs 80 us grouped, 4: 66 vs 81, 8: 103 vs 89,
+# 16: 182 vs 105): runs shorter than this stay separate calls
+MIN_OPS = 6
 
 
 def _freeze(v):
