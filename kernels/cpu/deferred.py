@@ -287,6 +287,7 @@ def main(path, unlink=False):
                     mod = ew.import_generated(f.read(), os.path.basename(file), modname)
             fn = getattr(mod, name)
             fn = getattr(fn, "py_func", fn)
+            ew.ensure_helpers(fn)   # the scalar functions a generated loop calls
             clone = types.FunctionType(fn.__code__, fn.__globals__, qualname.rsplit(".", 1)[-1],
                                        fn.__defaults__, None)
             clone.__qualname__, clone.__module__ = qualname, fn.__module__

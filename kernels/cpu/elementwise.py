@@ -46,7 +46,8 @@ from kernels.cpu.half_bits import h2f, f2h, bf2f, f2bf, rnd_h, rnd_bf, ftz32  # 
 from kernels.cpu.scalar_bits import lshift, rshift  # noqa
 
 # loops are compiled on first use (elementwise.py: _Loops): made a dispatcher each here, the
-# thirteen loops of every op and kind cost a second of start-up
+# thirteen loops of every op and kind cost a second of start-up; so are the scalar functions
+# `_{op}_{kind}_s` the loops call (elementwise.ensure_helpers: 393 dispatchers, 80 ms)
 def _j(fn):
     fn.parallel = False
     return fn
@@ -60,8 +61,6 @@ def _jp(fn):
 _UNARY = '''
 def {f}_s(x{pp}):
 {pre}    return {expr}
-
-_{f}_s = njit(cache=True, nogil=True, inline="always", error_model="numpy")({f}_s)
 
 @_j
 def {f}_loop(x, out{pp}):
@@ -82,8 +81,6 @@ def {f}_iloop(x{pp}):
 _BINARY = '''
 def {f}_s(x, y{pp}):
 {pre}    return {expr}
-
-_{f}_s = njit(cache=True, nogil=True, inline="always", error_model="numpy")({f}_s)
 
 @_j
 def {f}_loop(x, y, out, sx, sy{pp}):
@@ -317,6 +314,7 @@ class _Loops:
         with _build_lock:
             d = self.__dict__.get(name)
             if d is None:
+                ensure_helpers(fn)
                 d = numba.njit(cache=True, nogil=True, parallel=fn.parallel,
                                error_model="numpy")(fn)
                 setattr(self, name, d)
@@ -324,6 +322,22 @@ class _Loops:
 
     def has(self, name):
         return hasattr(GEN, f"{self._prefix}_{name}")
+
+
+def ensure_helpers(fn):
+    """Make the scalar dispatchers `_{op}_{kind}_s` a generated function calls, in its module,
+    from their plain functions `{op}_{kind}_s` (and theirs, in turn), before numba compiles or
+    loads it: created on first use instead of all 393 at import (80 ms of every start)."""
+    import numba
+    g = fn.__globals__
+    for name in fn.__code__.co_names:
+        if name.startswith("_") and name.endswith("_s") and name not in g:
+            py = g.get(name[1:])
+            if py is None:
+                continue
+            ensure_helpers(py)
+            g[name] = numba.njit(cache=True, nogil=True, inline="always",
+                                 error_model="numpy")(py)
 
 
 def _ufunc(fname, entry, dtype):
@@ -338,7 +352,9 @@ def _ufunc(fname, entry, dtype):
                 nb = numba.from_dtype(dtype)
                 out = numba.boolean if entry.out == "bool" else nb
                 sig = out(*([nb] * entry.arity + [numba.float64] * len(entry.params)))
-                u = numba.vectorize([sig], cache=True)(getattr(GEN, fname + "_s"))
+                fn = getattr(GEN, fname + "_s")
+                ensure_helpers(fn)
+                u = numba.vectorize([sig], cache=True)(fn)
                 _ufuncs[key] = u
     return u
 
