@@ -49,7 +49,7 @@ def _ops(n, handles):
 def _group(run, aliases, later_uses, prog_outputs):
     """The `stock` node for a run of member nodes (each with its ops)."""
     source = {a.outputs[0]: a.inputs[0] for a in aliases}
-    made, in_slots, in_types, members, names = {}, [], [], [], []
+    made, in_slots, in_types, members = {}, [], [], []
     for n, ops in run:
         outs = iter(n.outputs)
         for op, ins, flat in ops:
@@ -68,7 +68,6 @@ def _group(run, aliases, later_uses, prog_outputs):
             for m in range(tfa.GROUP_OUTPUTS.get(op, 0)):
                 made[next(outs)] = (j, m)
             members.append((op, tuple(refs), flat, n.name))
-            names.append(n.name)
     exported = [s for s in made if s in later_uses or s in prog_outputs]
     desc = (tuple(in_types), tuple(members), tuple(made[s] for s in exported))
     nodes = [n for n, _ in run]
