@@ -736,28 +736,39 @@ def execute_group(group, inputs, num_outputs):
         _stock_state()
     name = _groups_here.get(group)
     if name is None:
-        with _groups_lock:
-            name = _groups_here.get(group)
-            if name is None:
-                fdef = _group_fdefs.get(group)
-                if fdef is None:
-                    try:
-                        fdef = _group_fdef(group)
-                    except Exception:  # noqa: BLE001 - the ops alone still run
-                        fdef = False
-                    _group_fdefs[group] = fdef
-                if fdef is False:
-                    name = False
-                else:
-                    try:
-                        ctx().add_function_def(fdef)
-                        name = fdef.signature.name
-                    except Exception:  # noqa: BLE001
-                        name = False
-                _groups_here[group] = name
-    if name is False:
+        name = _register_group(group)
+    if not name:
         return execute_group_ops(group, inputs)
     return execute_stock(name, inputs, (), num_outputs)
+
+
+def _register_group(group):
+    """The group's function name in the current context ("" where it cannot be built, once per
+    process, or registered)."""
+    with _groups_lock:
+        name = _groups_here.get(group)
+        if name is not None:
+            return name
+        if group not in _group_fdefs:
+            try:
+                _group_fdefs[group] = _group_fdef(group)
+            except Exception:  # noqa: BLE001 - the ops alone still run
+                _group_fdefs[group] = None
+        fdef, name = _group_fdefs[group], ""
+        if fdef is not None:
+            try:
+                ctx().add_function_def(fdef)
+                name = fdef.signature.name
+            except Exception:  # noqa: BLE001
+                pass
+        _groups_here[group] = name
+        return name
+
+
+def _member_args(refs, inputs, made):
+    """A group member's arguments: ("i", k) is the group's input k, ("o", j, m) output m of
+    member j."""
+    return [inputs[r[1]] if r[0] == "i" else made[r[1], r[2]] for r in refs]
 
 
 def execute_group_ops(group, inputs):
@@ -765,8 +776,8 @@ def execute_group_ops(group, inputs):
     _, members, outputs = group
     made = {}
     for j, (op, refs, flat, _name) in enumerate(members):
-        args = [inputs[r[1]] if r[0] == "i" else made[r[1], r[2]] for r in refs]
-        for m, o in enumerate(execute_stock(op, args, flat, GROUP_OUTPUTS.get(op, 0)) or ()):
+        outs = execute_stock(op, _member_args(refs, inputs, made), flat, GROUP_OUTPUTS.get(op, 0))
+        for m, o in enumerate(outs or ()):
             made[j, m] = o
     return [made[j, m] for j, m in outputs]
 
@@ -802,9 +813,8 @@ def _group_fdef(group):
     def body(*ins):
         made, prev = {}, []
         for j, (op, refs, flat, name) in enumerate(members):
-            args = [ins[r[1]] if r[0] == "i" else made[r[1], r[2]] for r in refs]
             with tf.control_dependencies(prev):
-                out = _raw_call(op, args, flat, name)
+                out = _raw_call(op, _member_args(refs, ins, made), flat, name)
             if isinstance(out, tf.Operation):
                 prev = [out]
             else:

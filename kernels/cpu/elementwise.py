@@ -265,19 +265,12 @@ def _keep_bytecode(path):
     """Compile a generated module's bytecode into the cache directory's __pycache__ even where
     Python writes none (PYTHONDONTWRITEBYTECODE=1, common in container images): the file is
     our cache, and the elementwise module alone (16K lines) took 0.25-0.3 s to compile in
-    every process on the AVX2 EPYC VM. The import then reads it as Python would its own."""
+    every process on the AVX2 EPYC VM. Generated files are named by their content's digest,
+    so bytecode that exists is theirs (and the import checks its header as for any module)."""
     import py_compile
     cfile = importlib.util.cache_from_source(path)
-    try:
-        st = os.stat(path)
-        with open(cfile, "rb") as f:
-            head = f.read(16)
-        if (len(head) == 16 and int.from_bytes(head[8:12], "little") == int(st.st_mtime)
-                & 0xFFFFFFFF and int.from_bytes(head[12:16], "little") == st.st_size
-                & 0xFFFFFFFF):
-            return   # up to date (the timestamp-based header Python itself checks)
-    except OSError:
-        pass
+    if os.path.exists(cfile):
+        return
     try:
         py_compile.compile(path, cfile=cfile, doraise=True)
     except (OSError, py_compile.PyCompileError):

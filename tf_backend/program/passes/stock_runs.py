@@ -101,7 +101,8 @@ def run(prog):
         else:
             ids = {id(n) for n, _ in members}
             # values used outside the run: by a later node or one of the moved aliases
-            later = {s for s, at in uses.items() if any(i >= end for i in at)}
+            later = {s for n, _ in members for s in n.outputs
+                     if any(i >= end for i in uses.get(s, ()))}
             later |= {a.inputs[0] for a in aliases}
             g = _group(members, aliases, later, prog_outputs)
             out.append(g)
