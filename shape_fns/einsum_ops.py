@@ -7,6 +7,7 @@ repeated) are left to TensorFlow.
 import functools
 import string
 
+from . import host
 from .errors import InvalidArgumentError, Unsupported
 from .registry import shape_fn
 from .spec import Spec, fmt_shape
@@ -83,9 +84,14 @@ def label_dims(ins, shapes):
     return dims, ells
 
 
-def ellipsis_shape(ells, shapes, out):
+def ellipsis_shape(ells, shapes, out, dtype=None):
     bshape = ells[0] if len(ells) == 1 else _broadcast(*ells)
     if bshape is None:
+        if dtype is not None and len(shapes) == 2 and host.onednn_runs(dtype):
+            # stock's oneDNN Einsum (_MklEinsum) words it as its batch product
+            raise InvalidArgumentError(
+                "In[0] and In[1] must have compatible batch dimensions: "
+                f"{fmt_shape(shapes[0])} vs. {fmt_shape(shapes[1])} (Einsum)")
         raise InvalidArgumentError(
             "Invalid broadcasting dimensions: " + " vs. ".join(fmt_shape(s) for s in shapes)
             + " (Einsum)")
@@ -106,7 +112,7 @@ def einsum(inputs, attrs):
             return [Spec(None, dt)]
         return [Spec((None,) * len(out), dt)]
     dims, ells = label_dims(ins, shapes)
-    bshape = ellipsis_shape(ells, shapes, out)
+    bshape = ellipsis_shape(ells, shapes, out, dt)
     res = []
     for c in out:
         res.extend(bshape if c == ELL else (dims[c],))

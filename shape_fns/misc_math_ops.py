@@ -46,11 +46,11 @@ def matrix_band_part(inputs, attrs):
 
 @shape_fn("InTopKV2")
 def in_top_k(inputs, attrs):
-    """bool[batch]; bad ranks, mismatched batches and negative k go back to TensorFlow."""
+    """bool[batch]; bad ranks and mismatched batches go back to TensorFlow (a negative k is
+    taken, as stock takes it: no target is in the top k)."""
     p, t, k = inputs
     if (p.shape is not None and len(p.shape) != 2) or (t.shape is not None and len(t.shape) != 1) \
-            or (k.shape is not None and len(k.shape) != 0) \
-            or (k.value is not None and int(k.value) < 0):
+            or (k.shape is not None and len(k.shape) != 0):
         raise Unsupported("InTopKV2: shapes or k")
     b = p.shape[0] if p.shape is not None else None
     if t.shape is not None and b is not None and t.shape[0] is not None and t.shape[0] != b:

@@ -196,6 +196,7 @@ _MAX, _AVG, _MAXG, _AVGG, _MAXB = (_pair(f) for f in (_max_pool, _avg_pool, _max
 max_pool_s, avg_pool_s = _MAX[0], _AVG[0]   # by name: compiled regions (loops.py) call them
 # float16 / bfloat16 max pools on bit patterns: dtype name -> (the dtype's lowest bits, bf)
 _MAX_HALF = {"float16": (np.uint16(0xFBFF), False), "bfloat16": (np.uint16(0xFF7F), True)}
+_BF16_NEG_INF = np.uint16(0xFF80)
 
 
 def _pick(pair, work):
@@ -230,6 +231,10 @@ def max_pool(inputs, outputs, attrs):
     if half is None:
         pool, extra = _MAX, (x.dtype.type(np.finfo(x.dtype).min),)
     else:
+        if half[1] and onednn_runs(x.dtype):
+            # stock's oneDNN bfloat16 pool starts from -Inf (its float32 one, and Eigen's, from
+            # the lowest value): a window of NaN only gives -Inf there
+            half = (_BF16_NEG_INF, True)
         pool, extra, x, out = _MAXB, half, x.view(np.uint16), out.view(np.uint16)
     dst, finish = nhwc_out(out, fmt)
     _pick(pool, out.size)(nhwc_in(x, fmt), dst, *_args(g), *extra)
