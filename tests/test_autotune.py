@@ -90,3 +90,45 @@ def _conv_node():
         "T": np.dtype(np.float32), "strides": [1, 1, 1, 1], "padding": "VALID",
         "explicit_paddings": [], "data_format": "NHWC", "dilations": [1, 1, 1, 1],
         "use_cudnn_on_gpu": True})
+
+
+def test_epilogue_node_chooses_its_producer_each_way(tmp_path, tf, monkeypatch):
+    """A convolution fused with its bias and activation (passes/epilogue.py) is a candidate
+    too: TensorFlow's side is TensorFlow's convolution followed by our epilogue. Measured,
+    recorded under the fused ops, and forced each way within the contract."""
+    monkeypatch.setenv("TF_BACKEND_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TF_BACKEND_AUTOTUNE", "cache")
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.standard_normal((4, 10, 10, 8)).astype(np.float32))
+    w = tf.constant(rng.standard_normal((3, 3, 8, 16)).astype(np.float32))
+    b = tf.constant(rng.standard_normal(16).astype(np.float32))
+
+    @tf.function
+    def f(x, w, b):
+        return tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b))
+
+    ref = f(x, w, b).numpy()
+    functions.clear_cache()
+    autotune.clear()
+    with tf_backend.enabled():
+        tf_backend.reset_stats()
+        outs = [f(x, w, b).numpy() for _ in range(2 * (autotune.RUNS + 1) + 1)]
+        tuned = tf_backend.stats().get("autotune", {})
+    assert "Conv2D" in tuned, tuned
+    for o in outs:
+        assert numerics.compare(o, ref, "reduction", 72) is None
+    table = json.loads((tmp_path / "autotune.json").read_text())
+    (key,) = [k for k in table if json.loads(k)[0] == ["Conv2D", "AddV2", "Relu"]]
+    for choice in ("stock", "ours"):
+        functions.clear_cache()
+        autotune.clear()
+        (tmp_path / "autotune.json").write_text(json.dumps(
+            {key: {"choice": choice, "ours_ms": 1.0, "stock_ms": 1.0}}))
+        with tf_backend.enabled():
+            tf_backend.reset_stats()
+            got = f(x, w, b).numpy()
+            tuned = tf_backend.stats()["autotune"]["Conv2D"]
+        assert numerics.compare(got, ref, "reduction", 72) is None
+        assert tuned["last"].startswith({"stock": "stock kernel", "ours": "our kernel"}[choice]), \
+            tuned
+    autotune.clear()

@@ -26,7 +26,7 @@ import kernels
 from . import ledger
 
 # ops whose kernels are worth timing against TensorFlow's (products, convolutions and their
-# backprops, pooling gradients, batch-norm training)
+# backprops, pooling gradients, batch-norm training), alone or as an epilogue node's producer
 OPS = {"MatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "Conv2DBackpropInput",
        "Conv2DBackpropFilter", "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
        "DepthwiseConv2dNativeBackpropFilter", "MaxPoolGrad", "AvgPoolGrad", "FusedBatchNormV3",
@@ -54,15 +54,28 @@ def _save():
 
 
 def key(node, arrays):
-    attrs = {k: (v.name if isinstance(v, np.dtype) else v) for k, v in sorted(node.attrs.items())
+    m = producer(node)
+    attrs = {k: (v.name if isinstance(v, np.dtype) else v) for k, v in sorted(m.attrs.items())
              if not k.startswith("_")}
     ins = [f"{a.dtype.name}{list(a.shape)}" for a in arrays]
     from shape_fns.host import cpu_key
-    return json.dumps([node.op, attrs, ins, cpu_key()], default=str)
+    return json.dumps([node.op if m is node else node.fused_ops, attrs, ins, cpu_key()],
+                      default=str)
+
+
+def producer(node):
+    """The node whose kernel is chosen: the node itself, or an epilogue node's GEMM/conv
+    (passes/epilogue.py), whose TensorFlow alternative is TensorFlow's producer followed by our
+    epilogue."""
+    spec = getattr(node, "spec", None)
+    if type(spec) is tuple and spec and spec[0] == "epilogue":
+        return spec[1]
+    return node
 
 
 def candidate(node):
-    return node.kind == "kernel" and node.op in OPS
+    m = producer(node)
+    return m.op in OPS and (node.kind == "kernel" or m is not node)
 
 
 def cached(k):

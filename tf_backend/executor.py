@@ -324,9 +324,14 @@ def _tuning_run(prog, args):
 
 
 def _apply_choice(node, got, autotune):
-    ledger.autotuned(node.op, got)
-    if got["choice"] == "stock":
+    producer = autotune.producer(node)
+    ledger.autotuned(producer.op, got)
+    if got["choice"] != "stock":
+        return
+    if producer is node:
         node.kind, node.reason = "stock", "autotune"
+    else:   # an epilogue node: TensorFlow's producer, our epilogue on (a copy of) its result
+        node.fn.producer["stock"] = True
 
 
 def _tune_step(node, vals, failed, st, side, autotune):
@@ -344,7 +349,7 @@ def _tune_step(node, vals, failed, st, side, autotune):
     t0 = time.perf_counter()
     if side == 1:
         try:
-            outs = _stock(node, values)
+            outs = _stock_side(node, values, autotune)
         except Exception:  # noqa: BLE001 - TensorFlow refuses what ours runs: ours it is
             del st["open"][i]
             step(node, vals, failed)
@@ -357,6 +362,20 @@ def _tune_step(node, vals, failed, st, side, autotune):
             del st["open"][i]
             return
     st["times"].setdefault(i, ([], []))[side].append(time.perf_counter() - t0)
+
+
+def _stock_side(node, values, autotune):
+    """The node with TensorFlow's kernel for its heavy op (an epilogue node: the producer on
+    TensorFlow's, the epilogue on ours, as the choice would run it)."""
+    producer = autotune.producer(node)
+    if producer is node:
+        return _stock(node, values)
+    flag = node.fn.producer
+    flag["stock"] = True
+    try:
+        return node.fn([as_numpy(v) for v in values], node.out_specs)
+    finally:
+        flag["stock"] = False
 
 
 def run_sub(prog, args, count=True):
@@ -1026,6 +1045,12 @@ def _stock(node, values):
     if node.op in tfa.KERNEL_STATE_OPS:   # its own kernel (and generator state), as in stock
         return tfa.execute_isolated(node.state_key or node, node.op, ins, node.raw_attrs)
     return tfa.execute_stock(node.op, ins, node.raw_attrs, len(node.outputs))
+
+
+def stock_outputs(node, values):
+    """TensorFlow's kernel for a kernel node (its op and attrs) on input values, outside the
+    ledger."""
+    return _stock(node, values)
 
 
 def declined(node, values, why):
