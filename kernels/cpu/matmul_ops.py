@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import kernel
-from kernels.cpu import gemm
+from kernels.cpu import bf16_gemm, gemm
 from kernels.cpu.reduction_ops import quiet
 
 NUM = ("float32", "float64", "int32", "int64")
@@ -63,6 +63,10 @@ def _int_matmul(x, y, out):
 
 def _product(x, y, out, y_stays=False):
     if out.dtype.itemsize == 2:   # float16/bfloat16 (no 16-bit integers here)
+        if (out.dtype.name == "bfloat16" and x.ndim == 2 and y.ndim == 2 and out.size
+                and x.shape[1] and bf16_gemm.available()):
+            bf16_gemm.product_into(out, x, y)   # the CPU's bfloat16 dot products
+            return
         x32, y32 = x.astype(np.float32), y.astype(np.float32)
         r = np.empty(np.broadcast_shapes(x32.shape[:-2], y32.shape[:-2])
                      + (x32.shape[-2], y32.shape[-1]), np.float32)

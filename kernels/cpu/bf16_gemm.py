@@ -1,0 +1,398 @@
+"""bfloat16 matrix products on the CPU's own bfloat16 dot-product instruction (AVX512_BF16's
+VDPBF16PS: 16 float32 lanes, each += the two products of a pair of bfloat16 values), as stock's
+oneDNN runs them on CPUs that have it; float32 accumulation, the product rounded once to
+bfloat16 by the caller.
+
+The micro-kernel is LLVM IR emitted by a numba intrinsic (`_tile(mr)`): an MR x 64 block of the
+float32 product held in MR*4 512-bit registers over the whole reduction, B read as packed pairs
+(`pack_b`: [N/64 panels][K/2][64] 32-bit words, each the bfloat16 pair B[2p, n], B[2p+1, n]),
+A's pair of each row broadcast. `matmul` cuts the product into MR x 64 tiles over numba's
+threads (how it is cut depends on the shape only: the bits do not depend on the threads).
+Like the instruction, the product treats subnormal inputs as zero and flushes subnormal
+results (stock's oneDNN kernel runs the same instruction).
+
+`available()`: the CPU has AVX512_BF16 (shape_fns.host) and LLVM compiled the kernel; elsewhere
+the callers widen to float32 (kernels/cpu/half_ops.py, matmul_ops.py).
+"""
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+from kernels.cpu import jit
+from kernels.cpu.scratch import scratch
+from shape_fns.host import cpu_flags
+
+NR = 64          # columns of a tile: four 16-lane registers
+MR = 6           # rows of a tile: 6 x 4 accumulators + 4 B registers + 1 broadcast of 32
+_state = {"ok": None}
+
+
+class _BFloat(ir.Type):
+    """LLVM's bfloat (llvmlite has no such type; the IR is text)."""
+
+    def _to_string(self):
+        return "bfloat"
+
+    def __eq__(self, other):
+        return isinstance(other, _BFloat)
+
+    def __hash__(self):
+        return hash("bfloat")
+
+
+def _tile(mr):
+    """An intrinsic computing C[0:mr, 0:min(64, ncols)] = sum over segments s of
+    A_s[0:mr, 0:2kp] @ the panel's rows for s, accumulated in float32 and stored rounded to
+    bfloat16: tile(a_addr, lda, offs_addr, nseg, kp, b_addr, c_addr, ldc, ncols). A_s starts
+    offs[s] bfloat16 elements after a_addr (a product: one segment at 0; a convolution: one per
+    filter tap), rows lda elements apart; the panel holds nseg * kp rows of 64 packed pairs,
+    64-byte aligned; C's rows ldc bfloat16 elements apart; nseg, kp >= 1."""
+
+    @intrinsic
+    def tile(typingctx, a, lda, offs, nseg, kp, b, c, ldc, ncols):
+        sig = types.void(*([types.intp] * 9))
+
+        def codegen(context, builder, signature, args):
+            a_addr, lda_v, offs_addr, nseg_v, kp_v, b_addr, c_addr, ldc_v, ncols_v = args
+            f32, i16, i32, i64 = ir.FloatType(), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+            vf = ir.VectorType(f32, 16)
+            vi = ir.VectorType(i32, 16)
+            vb = ir.VectorType(_BFloat(), 32)
+            mod = builder.module
+            name = "llvm.x86.avx512bf16.dpbf16ps.512"
+            dp = mod.globals.get(name) or ir.Function(mod, ir.FunctionType(vf, [vf, vb, vb]),
+                                                      name=name)
+            a_p = builder.inttoptr(a_addr, i16.as_pointer())
+            o_p = builder.inttoptr(offs_addr, i64.as_pointer())
+            b_p = builder.inttoptr(b_addr, vi.as_pointer())
+            zero = ir.Constant(vf, [0.0] * 16)
+            undef = ir.Constant(vi, None)
+            mask = ir.Constant(ir.VectorType(i32, 16), [0] * 16)
+            k64 = (lambda v: ir.Constant(i64, v))
+            entry = builder.block
+            head = builder.append_basic_block("bf16_seg")
+            loop = builder.append_basic_block("bf16_loop")
+            latch = builder.append_basic_block("bf16_next")
+            done = builder.append_basic_block("bf16_done")
+            builder.branch(head)
+            # per segment: its A offset, its first panel row
+            builder.position_at_end(head)
+            sg = builder.phi(i64)
+            sg.add_incoming(k64(0), entry)
+            seg_accs = []
+            for _ in range(mr * 4):
+                ph = builder.phi(vf)
+                ph.add_incoming(zero, entry)
+                seg_accs.append(ph)
+            a_s = builder.gep(a_p, [builder.load(builder.gep(o_p, [sg]))])
+            row0 = builder.mul(sg, kp_v)
+            builder.branch(loop)
+            # per pair of the segment: 4 panel registers, mr broadcasts, mr * 4 products
+            builder.position_at_end(loop)
+            p = builder.phi(i64)
+            p.add_incoming(k64(0), head)
+            accs = []
+            for acc in seg_accs:
+                ph = builder.phi(vf)
+                ph.add_incoming(acc, head)
+                accs.append(ph)
+            brow = builder.mul(builder.add(row0, p), k64(4))
+            bs = [builder.bitcast(builder.load(builder.gep(b_p, [builder.add(brow, k64(j))]),
+                                               align=64), vb) for j in range(4)]
+            news = []
+            for r in range(mr):
+                off = builder.add(builder.mul(k64(r), lda_v), builder.mul(p, k64(2)))
+                pa = builder.bitcast(builder.gep(a_s, [off]), i32.as_pointer())
+                av = builder.load(pa, align=2)
+                splat = builder.shuffle_vector(
+                    builder.insert_element(undef, av, ir.Constant(i32, 0)), undef, mask)
+                sb = builder.bitcast(splat, vb)
+                for j in range(4):
+                    news.append(builder.call(dp, [accs[r * 4 + j], sb, bs[j]]))
+            p1 = builder.add(p, k64(1))
+            p.add_incoming(p1, loop)
+            for ph, nv in zip(accs, news):
+                ph.add_incoming(nv, loop)
+            builder.cbranch(builder.icmp_signed("<", p1, kp_v), loop, latch)
+            builder.position_at_end(latch)
+            s1 = builder.add(sg, k64(1))
+            sg.add_incoming(s1, latch)
+            for ph, nv in zip(seg_accs, news):
+                ph.add_incoming(nv, latch)
+            builder.cbranch(builder.icmp_signed("<", s1, nseg_v), head, done)
+            builder.position_at_end(done)
+            # rounded to bfloat16 (VCVTNEPS2BF16: nearest even, NaN quiet) and stored: whole
+            # registers where all 16 columns are C's, lane by lane where some are
+            cname = "llvm.x86.avx512bf16.cvtneps2bf16.512"
+            vh = ir.VectorType(_BFloat(), 16)
+            cvt = mod.globals.get(cname) or ir.Function(mod, ir.FunctionType(vh, [vf]),
+                                                        name=cname)
+            vs = ir.VectorType(i16, 16)
+            h_p = builder.inttoptr(c_addr, i16.as_pointer())
+            for r in range(mr):
+                for j in range(4):
+                    v = builder.bitcast(builder.call(cvt, [news[r * 4 + j]]), vs)
+                    row = builder.add(builder.mul(k64(r), ldc_v), k64(16 * j))
+                    full = builder.icmp_signed("<=", k64(16 * (j + 1)), ncols_v)
+                    with builder.if_else(full) as (whole, part):
+                        with whole:
+                            ptr = builder.bitcast(builder.gep(h_p, [row]), vs.as_pointer())
+                            builder.store(v, ptr, align=2)
+                        with part:
+                            for lane in range(16):
+                                inside = builder.icmp_signed("<", k64(16 * j + lane), ncols_v)
+                                with builder.if_then(inside):
+                                    builder.store(builder.extract_element(
+                                        v, ir.Constant(i32, lane)),
+                                        builder.gep(h_p, [builder.add(row, k64(lane))]))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return tile
+
+
+_T1, _T2, _T3, _T4, _T5, _T6 = (_tile(m) for m in range(1, 7))
+
+
+def _matmul(a, bp, c):
+    """c[M, N] = a[M, 2kp] @ the packed panels bp[ceil(N/64), kp, 64] (uint32), bfloat16 bits
+    (uint16) in and out."""
+    M, N = c.shape
+    n_pan, kp = bp.shape[0], bp.shape[1]
+    lda, ldc = a.strides[0] // 2, c.strides[0] // 2
+    mt = (M + MR - 1) // MR
+    offs = np.zeros(1, np.int64)
+    a0, b0, c0, o0 = a.ctypes.data, bp.ctypes.data, c.ctypes.data, offs.ctypes.data
+    for t in prange(mt * n_pan):
+        j = t // mt
+        i = t - j * mt
+        r0 = i * MR
+        mr = min(MR, M - r0)
+        pa = a0 + r0 * lda * 2
+        pb = b0 + j * kp * NR * 4
+        pc = c0 + (r0 * ldc + j * NR) * 2
+        if mr == 6:
+            _T6(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR)
+        elif mr == 5:
+            _T5(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR)
+        elif mr == 4:
+            _T4(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR)
+        elif mr == 3:
+            _T3(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR)
+        elif mr == 2:
+            _T2(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR)
+        else:
+            _T1(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR)
+
+
+def _pack_b(b, out):
+    """out[panel, p, c] = B[2p, 64 panel + c] | B[2p + 1, 64 panel + c] << 16 (zero beyond B)."""
+    K, N = b.shape
+    n_pan, kp = out.shape[0], out.shape[1]
+    for t in prange(n_pan * kp):
+        j = t // kp
+        p = t - j * kp
+        k0 = 2 * p
+        for cc in range(NR):
+            n = j * NR + cc
+            lo = np.uint32(0)
+            hi = np.uint32(0)
+            if n < N:
+                lo = np.uint32(b[k0, n])
+                if k0 + 1 < K:
+                    hi = np.uint32(b[k0 + 1, n])
+            out[j, p, cc] = lo | (hi << np.uint32(16))
+
+
+_MATMUL = (njit(cache=True, nogil=True)(_matmul), jit.parallel(_matmul))
+_PACK = (njit(cache=True, nogil=True)(_pack_b), jit.parallel(_pack_b))
+PARALLEL_MIN = 1 << 18    # multiply-adds below which one thread runs the product
+
+
+def available():
+    """Whether this CPU runs bfloat16 products on VDPBF16PS here (checked once)."""
+    if _state["ok"] is None:
+        ok = "avx512_bf16" in cpu_flags() and "avx512f" in cpu_flags()
+        if ok:
+            try:
+                a = np.ones((1, 2), np.uint16) * np.uint16(0x3F80)    # 1.0
+                bp = np.ones((1, 1, NR), np.uint32) * np.uint32(0x3F803F80)
+                c = np.empty((1, NR), np.uint16)
+                _MATMUL[0](a, bp, c)
+                ok = bool((c == 0x4000).all())    # 2.0
+            except Exception:  # noqa: BLE001 - LLVM refused the intrinsic: widen instead
+                ok = False
+        _state["ok"] = ok
+    return _state["ok"]
+
+
+def aligned_empty(shape, dtype):
+    """A C-contiguous array whose data starts on a 64-byte boundary."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(n + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64
+    return raw[off:off + n].view(dtype).reshape(shape)
+
+
+def pack_b(b):
+    """B[K, N] (bfloat16 bits, uint16) as panels of packed pairs, 64-byte aligned."""
+    K, N = b.shape
+    out = aligned_empty(((N + NR - 1) // NR, max(1, (K + 1) // 2), NR), np.uint32)
+    _PACK[1 if out.size >= 1 << 16 else 0](b, out)
+    return out
+
+
+def matmul(a, bp, out):
+    """out[M, N] = a[M, K] @ B: bfloat16 bits (uint16) in and out, a's rows contiguous with K
+    even (a zero column added by the caller where odd), B packed by pack_b, out C-contiguous."""
+    M, K = a.shape
+    kp = bp.shape[1]
+    if K != 2 * kp:
+        raise ValueError(f"bf16 matmul: A has {K} columns, the packed B {2 * kp}")
+    if M and out.shape[1]:
+        _MATMUL[1 if M * K * out.shape[1] >= PARALLEL_MIN else 0](a, bp, out)
+
+
+def _conv(xp, bp, offs, OH, OW, sh, sw, c):
+    """c[(n, oh, ow), Np] = the convolution of the padded input xp[N, Hp, Wp, Ce] (bfloat16
+    bits) with the packed filter (one segment per tap at offs, Ce/2 pairs each): tiles of up
+    to MR output pixels of one output row."""
+    N, Ce = xp.shape[0], xp.shape[3]
+    O = c.shape[1]
+    n_pan = bp.shape[0]
+    kp = Ce // 2
+    nseg = offs.shape[0]
+    lda = sw * Ce
+    ldc = c.strides[0] // 2
+    owb = (OW + MR - 1) // MR
+    rows = N * OH * owb
+    sn, sr = xp.strides[0] // 2, xp.strides[1] // 2
+    x0, b0, c0, o0 = xp.ctypes.data, bp.ctypes.data, c.ctypes.data, offs.ctypes.data
+    for t in prange(rows * n_pan):
+        j = t // rows
+        q = t - j * rows
+        nh = q // owb
+        ow0 = (q - nh * owb) * MR
+        n = nh // OH
+        oh = nh - n * OH
+        mr = min(MR, OW - ow0)
+        pa = x0 + (n * sn + oh * sh * sr + ow0 * sw * Ce) * 2
+        pb = b0 + j * nseg * kp * NR * 4
+        pc = c0 + ((nh * OW + ow0) * ldc + j * NR) * 2
+        if mr == 6:
+            _T6(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR)
+        elif mr == 5:
+            _T5(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR)
+        elif mr == 4:
+            _T4(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR)
+        elif mr == 3:
+            _T3(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR)
+        elif mr == 2:
+            _T2(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR)
+        else:
+            _T1(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR)
+
+
+_CONV = (njit(cache=True, nogil=True)(_conv), jit.parallel(_conv))
+
+
+def _pad_rows(x, xp, pt, pl):
+    """xp = x placed at (pt, pl) in zeros (channels beyond x's zero too)."""
+    N, H, W, C = x.shape
+    Hp, Wp, Ce = xp.shape[1], xp.shape[2], xp.shape[3]
+    for q in prange(N * Hp):
+        n = q // Hp
+        h = q - n * Hp
+        row = xp[n, h]
+        ih = h - pt
+        if ih < 0 or ih >= H:
+            row[:] = 0
+            continue
+        for w in range(Wp):
+            iw = w - pl
+            if iw < 0 or iw >= W:
+                row[w, :] = 0
+            else:
+                for cc in range(C):
+                    row[w, cc] = x[n, ih, iw, cc]
+                for cc in range(C, Ce):
+                    row[w, cc] = 0
+
+
+_PAD = (njit(cache=True, nogil=True)(_pad_rows), jit.parallel(_pad_rows))
+
+
+def _pad_copy(x, xp, pt, pl):
+    _PAD[1 if xp.size >= 1 << 17 else 0](x, xp, pt, pl)
+
+
+def pack_filter(f):
+    """A [KH, KW, C, O] bfloat16 filter (bits) as packed panels, C padded to even."""
+    KH, KW, C, O = f.shape
+    Ce = C + (C & 1)
+    if Ce != C:
+        fe = np.zeros((KH, KW, Ce, O), np.uint16)
+        fe[:, :, :C] = f
+        f = fe
+    return pack_b(np.ascontiguousarray(f).reshape(KH * KW * Ce, O))
+
+
+def conv2d(x, f, g, out, bp=None):
+    """out[N, OH, OW, O] = the NHWC convolution of x[N, H, W, C] with f[KH, KW, C, O], bfloat16
+    bits (uint16) in and out (out C-contiguous), geometry g (shape_fns.conv_ops.Window:
+    strides, dilations, pads); padding is zeros, so the caller keeps non-finite filters with
+    padding for another kernel (zeros times Inf)."""
+    N, H, W, C = x.shape
+    KH, KW, _, O = f.shape
+    Ce = C + (C & 1)
+    Hp, Wp = H + g.pt + g.pb, W + g.pl + g.pr
+    if Hp != H or Wp != W or Ce != C:
+        xp = scratch((N, Hp, Wp, Ce), np.uint16, "bf16_x")
+        _pad_copy(x, xp, g.pt, g.pl)
+    else:
+        xp = np.ascontiguousarray(x)
+    if bp is None:
+        bp = pack_filter(f)
+    offs = np.array([(kh * g.dh * Wp + kw * g.dw) * Ce for kh in range(KH) for kw in range(KW)],
+                    np.int64)
+    c = out.reshape(N * g.oh * g.ow, O)
+    if c.shape[0]:
+        _CONV[1 if c.shape[0] * KH * KW * Ce * O >= PARALLEL_MIN else 0](
+            xp, bp, offs, g.oh, g.ow, g.sh, g.sw, c)
+
+
+def _nonfinite(bits):
+    """Whether bfloat16 bits hold an Inf or NaN."""
+    return bool(((bits & np.uint16(0x7F80)) == np.uint16(0x7F80)).any())
+
+
+def conv_eligible(x_shape, f_shape, g, groups):
+    """Whether conv2d runs this NHWC convolution: one group, 16 output channels or more (a
+    64-wide panel holds them: a 256x32x32x3 -> 32 convolution half-fills it and still ran in
+    3.0 ms against stock's 3.6 on an AVX-512 EPYC), nothing empty."""
+    return (groups == 1 and f_shape[3] >= 16 and all(d > 0 for d in x_shape)
+            and g.oh > 0 and g.ow > 0)
+
+
+def conv2d_into(out, x, f, g):
+    """out (bfloat16, NHWC) = the convolution, or False (the caller's kernel runs it): a
+    non-finite filter with padding (zeros times Inf: stock's oneDNN skips the padding)."""
+    xb, fb = x.view(np.uint16), f.view(np.uint16)
+    if (g.pt or g.pb or g.pl or g.pr) and _nonfinite(fb):
+        return False
+    conv2d(xb, fb, g, out.view(np.uint16))
+    return True
+
+
+def product_into(out, a, b):
+    """out[M, N] (bfloat16) = a[M, K] @ b[K, N] (bfloat16, any strides)."""
+    M, K = a.shape
+    ab = a.view(np.uint16) if a.flags.c_contiguous else np.ascontiguousarray(a).view(np.uint16)
+    if K & 1:
+        ap = np.zeros((M, K + 1), np.uint16)
+        ap[:, :K] = ab
+        ab = ap
+    matmul(ab, pack_b(b.view(np.uint16)), out.view(np.uint16))

@@ -1,0 +1,75 @@
+"""bfloat16 products and convolutions on the CPU's own bfloat16 dot products
+(kernels/cpu/bf16_gemm.py), against stock TensorFlow, which runs the same instruction through
+oneDNN on such a CPU: convolutions bit for bit, products within one bfloat16 rounding (oneDNN
+blocks long reductions in another order)."""
+import numpy as np
+import pytest
+
+from kernels.cpu import bf16_gemm
+from shape_fns.conv_ops import conv_geometry
+from shape_fns.host import cpu_flags
+
+pytestmark = pytest.mark.skipif(
+    "avx512_bf16" not in cpu_flags(),
+    reason="this CPU has no AVX512_BF16: bfloat16 products are widened to float32 here")
+
+
+
+def _bf():
+    import ml_dtypes
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def test_available_on_a_cpu_with_the_instruction():
+    assert bf16_gemm.available()
+
+
+@pytest.mark.parametrize("xs,fs,stride,pad,dil", [
+    ((2, 7, 9, 3), (3, 3, 3, 5), 1, "SAME", 1),        # odd channels, one partial panel
+    ((3, 12, 11, 16), (3, 3, 16, 64), 1, "SAME", 1),
+    ((2, 15, 13, 8), (3, 2, 8, 70), 2, "VALID", 1),    # two panels, the second partial
+    ((2, 15, 13, 8), (5, 5, 8, 16), 2, "SAME", 1),
+    ((2, 16, 16, 6), (3, 3, 6, 20), 1, "SAME", 2),     # dilated
+])
+def test_convolution_is_stocks_bit_for_bit(tf, xs, fs, stride, pad, dil):
+    bf = _bf()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(xs).astype(bf)
+    f = rng.standard_normal(fs).astype(bf)
+    x.reshape(-1)[:5] = [np.inf, np.nan, 1e-40, -0.0, 3e38]   # specials and a subnormal
+    attrs = {"strides": [1, stride, stride, 1], "padding": pad, "data_format": "NHWC",
+             "dilations": [1, dil, dil, 1], "explicit_paddings": []}
+    g, _, groups = conv_geometry(xs, fs, attrs, "Conv2D", bf)
+    assert bf16_gemm.conv_eligible(xs, fs, g, groups) == (fs[3] >= 16)   # else the widening kernel
+    ref = tf.nn.conv2d(tf.constant(x), tf.constant(f), stride, pad, dilations=dil).numpy()
+    out = np.empty(ref.shape, bf)
+    assert bf16_gemm.conv2d_into(out, x, f, g)
+    nan = np.isnan(ref.astype(np.float32))
+    assert (np.isnan(out.astype(np.float32)) == nan).all()
+    assert (out.view(np.uint16)[~nan] == ref.view(np.uint16)[~nan]).all()
+
+
+def test_nonfinite_filter_with_padding_is_left_to_another_kernel():
+    bf = _bf()
+    x = np.ones((1, 4, 4, 2), bf)
+    f = np.ones((3, 3, 2, 16), bf)
+    f[0, 0, 0, 0] = np.inf
+    attrs = {"strides": [1, 1, 1, 1], "padding": "SAME", "data_format": "NHWC",
+             "dilations": [1, 1, 1, 1], "explicit_paddings": []}
+    g, _, _ = conv_geometry(x.shape, f.shape, attrs, "Conv2D", bf)
+    assert not bf16_gemm.conv2d_into(np.empty((1, 4, 4, 16), bf), x, f, g)
+
+
+@pytest.mark.parametrize("m,k,n", [(5, 7, 70), (1, 2, 1), (64, 784, 512), (13, 300, 64)])
+def test_product_within_one_rounding_of_stocks(tf, m, k, n):
+    bf = _bf()
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((m, k)).astype(bf)
+    b = rng.standard_normal((k, n)).astype(bf)
+    ref = tf.matmul(tf.constant(a), tf.constant(b)).numpy()
+    out = np.full((m, n), np.nan, bf)
+    bf16_gemm.product_into(out, a, b)
+    diff = np.abs(out.view(np.uint16).astype(np.int32) - ref.view(np.uint16).astype(np.int32))
+    assert diff.max() <= 1, diff.max()
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(out.astype(np.float64) - exact).max() <= 2 ** -7 * np.abs(exact).max()
