@@ -73,3 +73,38 @@ def test_product_within_one_rounding_of_stocks(tf, m, k, n):
     assert diff.max() <= 1, diff.max()
     exact = a.astype(np.float64) @ b.astype(np.float64)
     assert np.abs(out.astype(np.float64) - exact).max() <= 2 ** -7 * np.abs(exact).max()
+
+
+def _bias_relu_fn(tf, conv):
+    if conv:
+        return tf.function(lambda x, w, b: tf.nn.relu(tf.nn.bias_add(
+            tf.nn.conv2d(x, w, 1, "SAME"), b)))
+    return tf.function(lambda x, w, b: tf.nn.relu(tf.nn.bias_add(tf.matmul(x, w), b)))
+
+
+@pytest.mark.parametrize("conv", [True, False], ids=["conv", "matmul"])
+def test_bias_and_relu_fused_into_the_product_as_stocks_function(tf, conv, monkeypatch):
+    """passes/epilogue.py gives a bfloat16 Conv2D/MatMul + bias + Relu to one kernel, which adds
+    and clips in float32 before its one rounding: stock's tf.function (its remapper fuses them
+    into one oneDNN call) rounds once too. Without the instruction the three kernels run in
+    turn (each rounding), within bfloat16's tolerance of stock."""
+    import tf_backend
+    from tf_backend import numerics
+    bf = _bf()
+    rng = np.random.default_rng(2)
+    if conv:
+        x = rng.standard_normal((4, 12, 12, 16)).astype(bf)
+        w = rng.standard_normal((3, 3, 16, 64)).astype(bf)
+    else:
+        x = rng.standard_normal((48, 96)).astype(bf)
+        w = rng.standard_normal((96, 64)).astype(bf)
+    b = rng.standard_normal(64).astype(bf)
+    args = [tf.constant(v) for v in (x, w, b)]
+    ref = _bias_relu_fn(tf, conv)(*args).numpy()
+    with tf_backend.enabled():
+        got = _bias_relu_fn(tf, conv)(*args).numpy()
+    assert (got.view(np.uint16) == ref.view(np.uint16)).mean() > 0.999
+    monkeypatch.setitem(bf16_gemm._state, "ok", False)
+    with tf_backend.enabled():
+        got = _bias_relu_fn(tf, conv)(*args).numpy()
+    assert numerics.compare(got, ref, "reduction", 144) is None

@@ -50,11 +50,12 @@ def _tile(mr):
     64-byte aligned; C's rows ldc bfloat16 elements apart; nseg, kp >= 1."""
 
     @intrinsic
-    def tile(typingctx, a, lda, offs, nseg, kp, b, c, ldc, ncols):
-        sig = types.void(*([types.intp] * 9))
+    def tile(typingctx, a, lda, offs, nseg, kp, b, c, ldc, ncols, bias, relu):
+        sig = types.void(*([types.intp] * 11))
 
         def codegen(context, builder, signature, args):
-            a_addr, lda_v, offs_addr, nseg_v, kp_v, b_addr, c_addr, ldc_v, ncols_v = args
+            (a_addr, lda_v, offs_addr, nseg_v, kp_v, b_addr, c_addr, ldc_v, ncols_v, bias_addr,
+             relu_v) = args
             f32, i16, i32, i64 = ir.FloatType(), ir.IntType(16), ir.IntType(32), ir.IntType(64)
             vf = ir.VectorType(f32, 16)
             vi = ir.VectorType(i32, 16)
@@ -130,9 +131,17 @@ def _tile(mr):
                                                         name=cname)
             vs = ir.VectorType(i16, 16)
             h_p = builder.inttoptr(c_addr, i16.as_pointer())
+            # the epilogue in float32 before the one rounding: + bias (64 float32 values for
+            # the panel's columns, zeros where none), then Relu (x < 0 ? 0 : x: NaN and -0 stay)
+            bias_p = builder.inttoptr(bias_addr, vf.as_pointer())
+            bias = [builder.load(builder.gep(bias_p, [k64(j)]), align=4) for j in range(4)]
+            do_relu = builder.icmp_signed("!=", relu_v, k64(0))
             for r in range(mr):
                 for j in range(4):
-                    v = builder.bitcast(builder.call(cvt, [news[r * 4 + j]]), vs)
+                    acc = builder.fadd(news[r * 4 + j], bias[j])
+                    clipped = builder.select(builder.fcmp_ordered("<", acc, zero), zero, acc)
+                    acc = builder.select(do_relu, clipped, acc)
+                    v = builder.bitcast(builder.call(cvt, [acc]), vs)
                     row = builder.add(builder.mul(k64(r), ldc_v), k64(16 * j))
                     full = builder.icmp_signed("<=", k64(16 * (j + 1)), ncols_v)
                     with builder.if_else(full) as (whole, part):
@@ -156,7 +165,7 @@ def _tile(mr):
 _T1, _T2, _T3, _T4, _T5, _T6 = (_tile(m) for m in range(1, 7))
 
 
-def _matmul(a, bp, c):
+def _matmul(a, bp, c, bias, relu):
     """c[M, N] = a[M, 2kp] @ the packed panels bp[ceil(N/64), kp, 64] (uint32), bfloat16 bits
     (uint16) in and out."""
     M, N = c.shape
@@ -165,6 +174,7 @@ def _matmul(a, bp, c):
     mt = (M + MR - 1) // MR
     offs = np.zeros(1, np.int64)
     a0, b0, c0, o0 = a.ctypes.data, bp.ctypes.data, c.ctypes.data, offs.ctypes.data
+    z0 = bias.ctypes.data
     for t in prange(mt * n_pan):
         j = t // mt
         i = t - j * mt
@@ -174,17 +184,17 @@ def _matmul(a, bp, c):
         pb = b0 + j * kp * NR * 4
         pc = c0 + (r0 * ldc + j * NR) * 2
         if mr == 6:
-            _T6(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR)
+            _T6(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR, z0 + j * NR * 4, relu)
         elif mr == 5:
-            _T5(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR)
+            _T5(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR, z0 + j * NR * 4, relu)
         elif mr == 4:
-            _T4(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR)
+            _T4(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR, z0 + j * NR * 4, relu)
         elif mr == 3:
-            _T3(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR)
+            _T3(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR, z0 + j * NR * 4, relu)
         elif mr == 2:
-            _T2(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR)
+            _T2(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR, z0 + j * NR * 4, relu)
         else:
-            _T1(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR)
+            _T1(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR, z0 + j * NR * 4, relu)
 
 
 def _pack_b(b, out):
@@ -220,7 +230,7 @@ def available():
                 a = np.ones((1, 2), np.uint16) * np.uint16(0x3F80)    # 1.0
                 bp = np.ones((1, 1, NR), np.uint32) * np.uint32(0x3F803F80)
                 c = np.empty((1, NR), np.uint16)
-                _MATMUL[0](a, bp, c)
+                _MATMUL[0](a, bp, c, np.zeros(NR, np.float32), 0)
                 ok = bool((c == 0x4000).all())    # 2.0
             except Exception:  # noqa: BLE001 - LLVM refused the intrinsic: widen instead
                 ok = False
@@ -245,7 +255,15 @@ def pack_b(b):
     return out
 
 
-def matmul(a, bp, out):
+def _bias(bias, n_pan):
+    """The epilogue's bias as float32, zero-padded to the panels' width (zeros: none)."""
+    z = np.zeros(n_pan * NR, np.float32)
+    if bias is not None:
+        z[:bias.size] = bias.astype(np.float32).reshape(-1)
+    return z
+
+
+def matmul(a, bp, out, bias=None, relu=False):
     """out[M, N] = a[M, K] @ B: bfloat16 bits (uint16) in and out, a's rows contiguous with K
     even (a zero column added by the caller where odd), B packed by pack_b, out C-contiguous."""
     M, K = a.shape
@@ -253,10 +271,11 @@ def matmul(a, bp, out):
     if K != 2 * kp:
         raise ValueError(f"bf16 matmul: A has {K} columns, the packed B {2 * kp}")
     if M and out.shape[1]:
-        _MATMUL[1 if M * K * out.shape[1] >= PARALLEL_MIN else 0](a, bp, out)
+        _MATMUL[1 if M * K * out.shape[1] >= PARALLEL_MIN else 0](
+            a, bp, out, _bias(bias, bp.shape[0]), int(relu))
 
 
-def _conv(xp, bp, offs, OH, OW, sh, sw, c):
+def _conv(xp, bp, offs, OH, OW, sh, sw, c, bias, relu):
     """c[(n, oh, ow), Np] = the convolution of the padded input xp[N, Hp, Wp, Ce] (bfloat16
     bits) with the packed filter (one segment per tap at offs, Ce/2 pairs each): tiles of up
     to MR output pixels of one output row."""
@@ -271,6 +290,7 @@ def _conv(xp, bp, offs, OH, OW, sh, sw, c):
     rows = N * OH * owb
     sn, sr = xp.strides[0] // 2, xp.strides[1] // 2
     x0, b0, c0, o0 = xp.ctypes.data, bp.ctypes.data, c.ctypes.data, offs.ctypes.data
+    z0 = bias.ctypes.data
     for t in prange(rows * n_pan):
         j = t // rows
         q = t - j * rows
@@ -283,17 +303,17 @@ def _conv(xp, bp, offs, OH, OW, sh, sw, c):
         pb = b0 + j * nseg * kp * NR * 4
         pc = c0 + ((nh * OW + ow0) * ldc + j * NR) * 2
         if mr == 6:
-            _T6(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR)
+            _T6(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR, z0 + j * NR * 4, relu)
         elif mr == 5:
-            _T5(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR)
+            _T5(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR, z0 + j * NR * 4, relu)
         elif mr == 4:
-            _T4(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR)
+            _T4(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR, z0 + j * NR * 4, relu)
         elif mr == 3:
-            _T3(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR)
+            _T3(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR, z0 + j * NR * 4, relu)
         elif mr == 2:
-            _T2(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR)
+            _T2(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR, z0 + j * NR * 4, relu)
         else:
-            _T1(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR)
+            _T1(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR, z0 + j * NR * 4, relu)
 
 
 _CONV = (njit(cache=True, nogil=True)(_conv), jit.parallel(_conv))
@@ -340,7 +360,7 @@ def pack_filter(f):
     return pack_b(np.ascontiguousarray(f).reshape(KH * KW * Ce, O))
 
 
-def conv2d(x, f, g, out, bp=None):
+def conv2d(x, f, g, out, bp=None, bias=None, relu=False):
     """out[N, OH, OW, O] = the NHWC convolution of x[N, H, W, C] with f[KH, KW, C, O], bfloat16
     bits (uint16) in and out (out C-contiguous), geometry g (shape_fns.conv_ops.Window:
     strides, dilations, pads); padding is zeros, so the caller keeps non-finite filters with
@@ -361,7 +381,7 @@ def conv2d(x, f, g, out, bp=None):
     c = out.reshape(N * g.oh * g.ow, O)
     if c.shape[0]:
         _CONV[1 if c.shape[0] * KH * KW * Ce * O >= PARALLEL_MIN else 0](
-            xp, bp, offs, g.oh, g.ow, g.sh, g.sw, c)
+            xp, bp, offs, g.oh, g.ow, g.sh, g.sw, c, _bias(bias, bp.shape[0]), int(relu))
 
 
 def _nonfinite(bits):
@@ -377,22 +397,24 @@ def conv_eligible(x_shape, f_shape, g, groups):
             and g.oh > 0 and g.ow > 0)
 
 
-def conv2d_into(out, x, f, g):
-    """out (bfloat16, NHWC) = the convolution, or False (the caller's kernel runs it): a
-    non-finite filter with padding (zeros times Inf: stock's oneDNN skips the padding)."""
+def conv2d_into(out, x, f, g, bias=None, relu=False):
+    """out (bfloat16, NHWC) = the convolution (+ bias, Relu: one rounding, as stock's fused
+    oneDNN convolution), or False (the caller's kernel runs it): a non-finite filter with
+    padding (zeros times Inf: stock's oneDNN skips the padding)."""
     xb, fb = x.view(np.uint16), f.view(np.uint16)
     if (g.pt or g.pb or g.pl or g.pr) and _nonfinite(fb):
         return False
-    conv2d(xb, fb, g, out.view(np.uint16))
+    conv2d(xb, fb, g, out.view(np.uint16), bias=bias, relu=relu)
     return True
 
 
-def product_into(out, a, b):
-    """out[M, N] (bfloat16) = a[M, K] @ b[K, N] (bfloat16, any strides)."""
+def product_into(out, a, b, bias=None, relu=False):
+    """out[M, N] (bfloat16) = a[M, K] @ b[K, N] (bfloat16, any strides) (+ bias, Relu: one
+    rounding)."""
     M, K = a.shape
     ab = a.view(np.uint16) if a.flags.c_contiguous else np.ascontiguousarray(a).view(np.uint16)
     if K & 1:
         ap = np.zeros((M, K + 1), np.uint16)
         ap[:, :K] = ab
         ab = ap
-    matmul(ab, pack_b(b.view(np.uint16)), out.view(np.uint16))
+    matmul(ab, pack_b(b.view(np.uint16)), out.view(np.uint16), bias=bias, relu=relu)

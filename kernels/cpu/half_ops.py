@@ -58,6 +58,33 @@ def _bf16_conv(inputs, out, attrs):
     return bf16_gemm.conv2d_into(out, x, f, g)
 
 
+def bias_relu_product(op, attrs, inputs, bias, spec):
+    """Relu(op(inputs) + bias) for a bfloat16 Conv2D or MatMul on the CPU's bfloat16 dot
+    products, added and clipped in float32 before the one rounding (stock's fused oneDNN
+    convolution); None where that kernel does not run it (the caller runs the ops in turn)."""
+    if spec is None or spec.dtype.name != "bfloat16" or not bf16_gemm.available() \
+            or not spec.fully_defined:
+        return None
+    out = np.empty(spec.shape, spec.dtype)
+    if op == "MatMul":
+        a, b = inputs
+        a = a.T if attrs["transpose_a"] else a
+        b = b.T if attrs["transpose_b"] else b
+        if a.ndim != 2 or not out.size or not a.shape[1] or bias.shape != (out.shape[1],):
+            return None
+        bf16_gemm.product_into(out, a, b, bias=bias, relu=True)
+        return out
+    x, f = inputs
+    if attrs.get("data_format", "NHWC") != "NHWC" or x.ndim != 4 or f.ndim != 4 \
+            or bias.shape != (f.shape[3],):
+        return None
+    g, _, groups = conv_geometry(x.shape, f.shape, attrs, "Conv2D", x.dtype)
+    if not bf16_gemm.conv_eligible(x.shape, f.shape, g, groups) \
+            or not bf16_gemm.conv2d_into(out, x, f, g, bias=bias, relu=True):
+        return None
+    return out
+
+
 def _wrap(op, type_attrs):
     found = {}
 

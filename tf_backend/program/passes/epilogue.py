@@ -37,10 +37,73 @@ def run(prog):
                 break
     if not replace:
         return prog
-    prog.nodes = [replace.get(id(n), n) for n in prog.nodes if id(n) not in merged]
-    prog.fusions += len(replace)
-    prog.notes.append(f"epilogue: {len(replace)} GEMM/conv nodes fused with their epilogue")
+    relus = _half_relus(prog, replace, consumers)
+    prog.nodes = [replace.get(id(n), n) for n in prog.nodes
+                  if id(n) not in merged and id(n) not in relus]
+    prog.fusions += len(replace) + len(relus)
+    prog.notes.append(f"epilogue: {len(replace)} GEMM/conv nodes fused with their epilogue"
+                      + (f", {len(relus)} bfloat16 ones with their Relu" if relus else ""))
     return prog
+
+
+def _half_relus(prog, replace, consumers):
+    """bfloat16 Conv2D/MatMul + bias epilogues take the Relu that reads them (bfloat16 ops are
+    not fused elementwise: each rounds), so that kernels which add the bias and apply the Relu
+    before their one rounding (kernels/cpu/bf16_gemm.py, as stock's fused oneDNN convolution)
+    run all three; elsewhere the node runs the three kernels in turn. Returns the absorbed
+    Relu nodes by id."""
+    users = {}
+    for n in prog.nodes:
+        for s in n.inputs:
+            users.setdefault(s, []).append(n)
+    absorbed = {}
+    for i, e in list(replace.items()):
+        _, m, n, k = e.spec
+        out = e.outputs[0]
+        spec = prog.slot_specs.get(out)
+        if (m.op not in HALF_FUSED or n.kind != "kernel" or n.op not in BIAS_OPS
+                or spec is None or spec.dtype.name != "bfloat16" or consumers.get(out) != 1):
+            continue
+        bias = prog.slot_specs.get(n.inputs[1 - k])
+        r = users.get(out, [None])[0]
+        if (bias is None or bias.shape is None or len(bias.shape) != 1 or r is None
+                or r.kind != "kernel" or r.op != "Relu" or r.ctrl
+                or not _same_full_spec(prog, out, r.outputs[0])):
+            continue
+        absorbed[id(r)] = r
+        replace[i] = _merge_half_relu(e, m, n, k, r)
+    return absorbed
+
+
+HALF_FUSED = {"Conv2D", "MatMul"}
+BIAS_OPS = {"AddV2", "BiasAdd"}
+
+
+def _merge_half_relu(e, m, n, k, r):
+    f = Node(r.name, e.op, "fused", list(e.inputs), list(r.outputs), where=r.where)
+    f.fused_ops = e.fused_ops + ("Relu",)
+    f.heavy = True
+    f.out_specs = r.out_specs
+    n_m = len(m.inputs)
+    from kernels.cpu import half_ops
+
+    def run_half(arrays, out_specs, out=None):
+        bias = arrays[n_m]
+        res = half_ops.bias_relu_product(m.op, m.attrs, arrays[:n_m], bias, out_specs[0])
+        if res is not None:
+            return [res]
+        buf = e.fn(arrays, e.out_specs)[0]   # the three kernels in turn
+        buf = np.array(executor.as_numpy(buf)) if not executor.writable(buf) else buf
+        try:
+            r.kdef.fn([buf], [buf], r.attrs)
+        except Unsupported as u:   # compiling in the background (kernels/cpu/deferred.py)
+            return executor.declined(r, [buf], u)
+        return [buf]
+
+    run_half.declines = True
+    f.fn = run_half
+    f.spec = ("epilogue_relu", m, n, k, r)
+    return f
 
 
 def _merge(m, n, k):
