@@ -108,3 +108,24 @@ def test_bias_and_relu_fused_into_the_product_as_stocks_function(tf, conv, monke
     with tf_backend.enabled():
         got = _bias_relu_fn(tf, conv)(*args).numpy()
     assert numerics.compare(got, ref, "reduction", 144) is None
+
+
+@pytest.mark.parametrize("xs,fs,pad,dil", [
+    ((2, 9, 10, 16), (3, 3, 16, 24), "SAME", 1),
+    ((2, 11, 13, 16), (3, 2, 16, 70), "VALID", 1),
+    ((2, 11, 13, 16), (3, 3, 16, 24), "SAME", 2),
+])
+def test_backprop_input_is_stocks_bit_for_bit(tf, xs, fs, pad, dil):
+    bf = _bf()
+    rng = np.random.default_rng(3)
+    f = rng.standard_normal(fs).astype(bf)
+    attrs = {"strides": [1, 1, 1, 1], "padding": pad, "data_format": "NHWC",
+             "dilations": [1, dil, dil, 1], "explicit_paddings": []}
+    g, _, _ = conv_geometry(xs, fs, attrs, "Conv2DBackpropInput", bf)
+    dy = rng.standard_normal((xs[0], g.oh, g.ow, fs[3])).astype(bf)
+    ref = tf.raw_ops.Conv2DBackpropInput(
+        input_sizes=list(xs), filter=tf.constant(f), out_backprop=tf.constant(dy),
+        strides=[1, 1, 1, 1], padding=pad, dilations=[1, dil, dil, 1]).numpy()
+    dx = np.empty(xs, bf)
+    assert bf16_gemm.backprop_input_into(dx, f, dy, g)
+    assert (dx.view(np.uint16) == ref.view(np.uint16)).all()

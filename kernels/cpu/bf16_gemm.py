@@ -418,3 +418,32 @@ def product_into(out, a, b, bias=None, relu=False):
         ap[:, :K] = ab
         ab = ap
     matmul(ab, pack_b(b.view(np.uint16)), out.view(np.uint16), bias=bias, relu=relu)
+
+
+class _Window:
+    __slots__ = ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow", "pt", "pb", "pl", "pr")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+def backprop_input_into(dx, f, dy, g):
+    """dx (bfloat16, NHWC) = Conv2DBackpropInput of a unit-stride convolution with geometry g:
+    the convolution of dy, padded by the taps' reach less the forward padding, with the filter
+    turned half a circle and its channels swapped; False where it does not apply (strides,
+    cropping paddings, non-finite filters, few input channels: the caller's kernel runs it)."""
+    KH, KW, C, O = f.shape
+    N, H, W, _ = dx.shape
+    fb = f.view(np.uint16)
+    if g.sh != 1 or g.sw != 1 or C < 16 or not dx.size or _nonfinite(fb):
+        return False
+    pt, pl = (KH - 1) * g.dh - g.pt, (KW - 1) * g.dw - g.pl
+    pb, pr = H + (KH - 1) * g.dh - g.oh - pt, W + (KW - 1) * g.dw - g.ow - pl
+    if min(pt, pl, pb, pr) < 0 or dy.shape != (N, g.oh, g.ow, O):
+        return False
+    turned = np.ascontiguousarray(fb[::-1, ::-1].transpose(0, 1, 3, 2))
+    g2 = _Window(kh=KH, kw=KW, sh=1, sw=1, dh=g.dh, dw=g.dw, oh=H, ow=W, pt=pt, pb=pb, pl=pl,
+                 pr=pr)
+    conv2d(dy.view(np.uint16), turned, g2, dx.view(np.uint16))
+    return True

@@ -58,6 +58,23 @@ def _bf16_conv(inputs, out, attrs):
     return bf16_gemm.conv2d_into(out, x, f, g)
 
 
+def _bf16_backprop_input(inputs, dx, attrs):
+    """A bfloat16 NHWC unit-stride Conv2DBackpropInput as a convolution on the CPU's bfloat16
+    dot products (bf16_gemm.backprop_input_into); False: the float32 kernel runs it (and raises
+    stock's errors)."""
+    _, f, dy = inputs
+    if (dx.dtype.name != "bfloat16" or attrs.get("data_format", "NHWC") != "NHWC"
+            or dx.ndim != 4 or f.ndim != 4 or dy.ndim != 4 or not bf16_gemm.available()):
+        return False
+    try:
+        g, _, groups = conv_geometry(dx.shape, f.shape, attrs, "Conv2DBackpropInput", dx.dtype)
+    except Exception:  # noqa: BLE001 - the float32 kernel raises stock's error
+        return False
+    if groups != 1:
+        return False
+    return bf16_gemm.backprop_input_into(dx, f, dy, g)
+
+
 def bias_relu_product(op, attrs, inputs, bias, spec):
     """Relu(op(inputs) + bias) for a bfloat16 Conv2D or MatMul on the CPU's bfloat16 dot
     products, added and clipped in float32 before the one rounding (stock's fused oneDNN
@@ -100,6 +117,8 @@ def _wrap(op, type_attrs):
         for t in type_attrs:
             a[t] = F32
         if op == "Conv2D" and _bf16_conv(inputs, outputs[0], attrs):
+            return
+        if op == "Conv2DBackpropInput" and _bf16_backprop_input(inputs, outputs[0], attrs):
             return
         key = tuple(sorted((k, str(v)) for k, v in a.items() if isinstance(v, np.dtype)))
         fn = found.get(key)
