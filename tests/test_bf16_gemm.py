@@ -129,3 +129,27 @@ def test_backprop_input_is_stocks_bit_for_bit(tf, xs, fs, pad, dil):
     dx = np.empty(xs, bf)
     assert bf16_gemm.backprop_input_into(dx, f, dy, g)
     assert (dx.view(np.uint16) == ref.view(np.uint16)).all()
+
+
+@pytest.mark.parametrize("xs,fs,pad,dil", [
+    ((2, 9, 10, 8), (3, 3, 8, 64), "SAME", 1),
+    ((2, 11, 13, 16), (3, 2, 16, 70), "VALID", 1),     # 70 columns: two panels
+    ((2, 11, 12, 16), (3, 3, 16, 64), "SAME", 2),
+])
+def test_backprop_filter_within_one_rounding_of_stocks(tf, xs, fs, pad, dil):
+    """Reduced over every pixel in float32 and rounded once, as stock; oneDNN sums the pixels
+    in another order, so an element may differ by one bfloat16 step."""
+    bf = _bf()
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(xs).astype(bf)
+    attrs = {"strides": [1, 1, 1, 1], "padding": pad, "data_format": "NHWC",
+             "dilations": [1, dil, dil, 1], "explicit_paddings": []}
+    g, _, _ = conv_geometry(xs, fs, attrs, "Conv2DBackpropFilter", bf)
+    dy = rng.standard_normal((xs[0], g.oh, g.ow, fs[3])).astype(bf)
+    ref = tf.raw_ops.Conv2DBackpropFilter(
+        input=tf.constant(x), filter_sizes=list(fs), out_backprop=tf.constant(dy),
+        strides=[1, 1, 1, 1], padding=pad, dilations=[1, dil, dil, 1]).numpy()
+    df = np.empty(fs, bf)
+    assert bf16_gemm.backprop_filter_into(df, x, dy, g)
+    d = np.abs(df.view(np.uint16).astype(np.int32) - ref.view(np.uint16).astype(np.int32))
+    assert d.max() <= 1 and (d == 0).mean() > 0.99, (d.max(), (d == 0).mean())

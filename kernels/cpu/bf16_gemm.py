@@ -20,6 +20,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from kernels.cpu import jit
+from kernels.cpu.half_bits import narrow_into
 from kernels.cpu.scratch import scratch
 from shape_fns.host import cpu_flags
 
@@ -41,13 +42,15 @@ class _BFloat(ir.Type):
         return hash("bfloat")
 
 
-def _tile(mr):
+def _tile(mr, accumulate=False):
     """An intrinsic computing C[0:mr, 0:min(64, ncols)] = sum over segments s of
     A_s[0:mr, 0:2kp] @ the panel's rows for s, accumulated in float32 and stored rounded to
     bfloat16: tile(a_addr, lda, offs_addr, nseg, kp, b_addr, c_addr, ldc, ncols). A_s starts
     offs[s] bfloat16 elements after a_addr (a product: one segment at 0; a convolution: one per
     filter tap), rows lda elements apart; the panel holds nseg * kp rows of 64 packed pairs,
-    64-byte aligned; C's rows ldc bfloat16 elements apart; nseg, kp >= 1."""
+    64-byte aligned; C's rows ldc bfloat16 elements apart; nseg, kp >= 1. accumulate: C is
+    float32 (64 columns of every row its own, ldc in float32 elements), the sums are added to
+    it and stored unrounded (bias and relu unused): a reduction cut into blocks."""
 
     @intrinsic
     def tile(typingctx, a, lda, offs, nseg, kp, b, c, ldc, ncols, bias, relu):
@@ -72,6 +75,12 @@ def _tile(mr):
             mask = ir.Constant(ir.VectorType(i32, 16), [0] * 16)
             k64 = (lambda v: ir.Constant(i64, v))
             entry = builder.block
+            c_f = builder.inttoptr(c_addr, f32.as_pointer())
+            cptr = [[builder.bitcast(builder.gep(c_f, [builder.add(
+                builder.mul(k64(r), ldc_v), k64(16 * j))]), vf.as_pointer())
+                for j in range(4)] for r in range(mr)] if accumulate else None
+            init = [builder.load(cptr[r][j], align=4) for r in range(mr) for j in range(4)] \
+                if accumulate else [zero] * (mr * 4)
             head = builder.append_basic_block("bf16_seg")
             loop = builder.append_basic_block("bf16_loop")
             latch = builder.append_basic_block("bf16_next")
@@ -82,9 +91,9 @@ def _tile(mr):
             sg = builder.phi(i64)
             sg.add_incoming(k64(0), entry)
             seg_accs = []
-            for _ in range(mr * 4):
+            for v0 in init:
                 ph = builder.phi(vf)
-                ph.add_incoming(zero, entry)
+                ph.add_incoming(v0, entry)
                 seg_accs.append(ph)
             a_s = builder.gep(a_p, [builder.load(builder.gep(o_p, [sg]))])
             row0 = builder.mul(sg, kp_v)
@@ -123,6 +132,11 @@ def _tile(mr):
                 ph.add_incoming(nv, latch)
             builder.cbranch(builder.icmp_signed("<", s1, nseg_v), head, done)
             builder.position_at_end(done)
+            if accumulate:
+                for r in range(mr):
+                    for j in range(4):
+                        builder.store(news[r * 4 + j], cptr[r][j], align=4)
+                return context.get_dummy_value()
             # rounded to bfloat16 (VCVTNEPS2BF16: nearest even, NaN quiet) and stored: whole
             # registers where all 16 columns are C's, lane by lane where some are
             cname = "llvm.x86.avx512bf16.cvtneps2bf16.512"
@@ -163,6 +177,7 @@ def _tile(mr):
 
 
 _T1, _T2, _T3, _T4, _T5, _T6 = (_tile(m) for m in range(1, 7))
+_A6 = _tile(6, accumulate=True)
 
 
 def _matmul(a, bp, c, bias, relu):
@@ -447,3 +462,85 @@ def backprop_input_into(dx, f, dy, g):
                  pr=pr)
     conv2d(dy.view(np.uint16), turned, g2, dx.view(np.uint16))
     return True
+
+
+def _filter_grad(xt, bp, offs, KH, KW, dh, dw, acc, seg_block):
+    """acc[(kh, kw, ci), 64 * panels] += sum over pixels of xt (channels first, zero-padded,
+    channels a multiple of MR: [C6, N, Hp, Wp]) at the tap times dy (packed in pairs of
+    neighbouring pixels, one segment per output row at offs), float32: the segments in blocks
+    of seg_block (their panel rows stay in cache while every tap and channel block reads them),
+    each block's tiles over numba's threads (the order of the sums depends on the shapes only)."""
+    C6, Hp, Wp = xt.shape[0], xt.shape[2], xt.shape[3]
+    plane = xt.shape[1] * Hp * Wp
+    n_pan = bp.shape[0]
+    nseg = offs.shape[0]
+    kp = bp.shape[1] // nseg
+    ldc = acc.strides[0] // 4
+    cb = C6 // MR
+    x0, b0, c0, o0 = xt.ctypes.data, bp.ctypes.data, acc.ctypes.data, offs.ctypes.data
+    tasks = KH * KW * cb * n_pan
+    for s0 in range(0, nseg, seg_block):
+        ns = min(seg_block, nseg - s0)
+        for t in prange(tasks):
+            j = t // (KH * KW * cb)
+            q = t - j * (KH * KW * cb)
+            tap = q // cb
+            ci = (q - tap * cb) * MR
+            kh = tap // KW
+            kw = tap - kh * KW
+            pa = x0 + (ci * plane + kh * dh * Wp + kw * dw) * 2
+            pb = b0 + (j * nseg + s0) * kp * NR * 4
+            pc = c0 + ((tap * C6 + ci) * ldc + j * NR) * 4
+            _A6(pa, plane, o0 + s0 * 8, ns, kp, pb, pc, ldc, 0, 0, 0)
+
+
+_FGRAD = (njit(cache=True, nogil=True)(_filter_grad), jit.parallel(_filter_grad))
+
+
+def _channels_first(x, xt, pt, pl):
+    """xt[c, n, pt + h, pl + w] = x[n, h, w, c], zeros around."""
+    N, H, W, C = x.shape
+    Hp, Wp = xt.shape[2], xt.shape[3]
+    for q in prange(C * N):
+        c = q // N
+        n = q - c * N
+        plane = xt[c, n]
+        plane[:, :] = 0
+        for h in range(H):
+            for w in range(W):
+                plane[pt + h, pl + w] = x[n, h, w, c]
+
+
+_CFIRST = (njit(cache=True, nogil=True)(_channels_first), jit.parallel(_channels_first))
+
+
+def backprop_filter_into(df, x, dy, g):
+    """df (bfloat16 [KH, KW, C, O]) = Conv2DBackpropFilter of a unit-stride convolution with
+    geometry g, reduced over pixels in pairs of neighbouring output columns: the input channels
+    first (zero-padded, a multiple of MR), dy packed as the panels, float32 sums rounded once at
+    the end; False where it does not apply (strides, an odd output width, few channels,
+    non-finite input: the caller's kernel runs it)."""
+    KH, KW, C, O = df.shape
+    N, H, W, _ = x.shape
+    if (g.sh != 1 or g.sw != 1 or g.ow & 1 or C < 8 or O < 48 or not df.size or not dy.size
+            or dy.shape != (N, g.oh, g.ow, O) or _nonfinite(x.view(np.uint16))):
+        return False
+    Hp, Wp = H + g.pt + g.pb, W + g.pl + g.pr
+    C6 = (C + MR - 1) // MR * MR
+    xt = scratch((C6, N, Hp, Wp), np.uint16, "bf16_x")
+    if C6 != C:
+        xt[C:] = 0
+    _CFIRST[1 if xt.size >= 1 << 17 else 0](x.view(np.uint16), xt, g.pt, g.pl)
+    bp = pack_b(np.ascontiguousarray(dy).view(np.uint16).reshape(-1, O))
+    offs = np.array([n * Hp * Wp + oh * Wp for n in range(N) for oh in range(g.oh)], np.int64)
+    n_pan = bp.shape[0]
+    acc = scratch((KH * KW * C6, n_pan * NR), np.float32, "bf16_c")
+    acc[...] = 0
+    kp = g.ow // 2
+    _FGRAD[1](xt, bp, offs, KH, KW, g.dh, g.dw, acc, max(1, SEG_PAIRS // kp))
+    rows = acc.reshape(KH * KW, C6, n_pan * NR)[:, :C, :O].reshape(KH * KW * C, O)
+    narrow_into(df.reshape(KH * KW * C, O), np.ascontiguousarray(rows))
+    return True
+
+
+SEG_PAIRS = 1024   # panel rows (1024 x 256 bytes a panel) per block of the filter gradient

@@ -75,6 +75,23 @@ def _bf16_backprop_input(inputs, dx, attrs):
     return bf16_gemm.backprop_input_into(dx, f, dy, g)
 
 
+def _bf16_backprop_filter(inputs, df, attrs):
+    """A bfloat16 NHWC unit-stride Conv2DBackpropFilter on the CPU's bfloat16 dot products
+    (bf16_gemm.backprop_filter_into); False: the float32 kernel runs it (and raises stock's
+    errors)."""
+    x, _, dy = inputs
+    if (df.dtype.name != "bfloat16" or attrs.get("data_format", "NHWC") != "NHWC"
+            or df.ndim != 4 or x.ndim != 4 or dy.ndim != 4 or not bf16_gemm.available()):
+        return False
+    try:
+        g, _, groups = conv_geometry(x.shape, df.shape, attrs, "Conv2DBackpropFilter", x.dtype)
+    except Exception:  # noqa: BLE001 - the float32 kernel raises stock's error
+        return False
+    if groups != 1:
+        return False
+    return bf16_gemm.backprop_filter_into(df, x, dy, g)
+
+
 def bias_relu_product(op, attrs, inputs, bias, spec):
     """Relu(op(inputs) + bias) for a bfloat16 Conv2D or MatMul on the CPU's bfloat16 dot
     products, added and clipped in float32 before the one rounding (stock's fused oneDNN
@@ -119,6 +136,8 @@ def _wrap(op, type_attrs):
         if op == "Conv2D" and _bf16_conv(inputs, outputs[0], attrs):
             return
         if op == "Conv2DBackpropInput" and _bf16_backprop_input(inputs, outputs[0], attrs):
+            return
+        if op == "Conv2DBackpropFilter" and _bf16_backprop_filter(inputs, outputs[0], attrs):
             return
         key = tuple(sorted((k, str(v)) for k, v in a.items() if isinstance(v, np.dtype)))
         fn = found.get(key)
