@@ -7,7 +7,7 @@ import numpy as np
 from kernels.elementwise_table import TABLE
 from shape_fns import Unsupported
 
-from ... import executor
+from ... import devices, executor
 from ..ir import Node
 
 PRODUCERS = {"MatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "DepthwiseConv2dNative",
@@ -85,11 +85,12 @@ def _merge_half_relu(e, m, n, k, r):
     f.heavy = True
     f.out_specs = r.out_specs
     n_m = len(m.inputs)
-    from kernels.cpu import half_ops
+    half = devices.library("half_products")   # the device's own fused kernel, if it has one
 
     def run_half(arrays, out_specs, out=None):
         bias = arrays[n_m]
-        res = half_ops.bias_relu_product(m.op, m.attrs, arrays[:n_m], bias, out_specs[0])
+        res = None if half is None else half.bias_relu_product(m.op, m.attrs, arrays[:n_m],
+                                                                bias, out_specs[0])
         if res is not None:
             return [res]
         buf = e.fn(arrays, e.out_specs)[0]   # the three kernels in turn
