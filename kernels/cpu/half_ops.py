@@ -11,7 +11,7 @@ measures the differences against stock and states the tolerance where they are n
 import numpy as np
 
 from kernels import KERNELS, kernel
-from kernels.cpu import bf16_gemm
+from kernels.cpu import bf16_gemm, pooling_ops
 from kernels.cpu.half_bits import narrow_into, widen
 from kernels.cpu.scratch import scratch
 from shape_fns.errors import InvalidArgumentError
@@ -138,6 +138,8 @@ def _wrap(op, type_attrs):
         if op == "Conv2DBackpropInput" and _bf16_backprop_input(inputs, outputs[0], attrs):
             return
         if op == "Conv2DBackpropFilter" and _bf16_backprop_filter(inputs, outputs[0], attrs):
+            return
+        if op == "MaxPoolGrad" and pooling_ops.max_pool_grad_half(inputs, outputs[0], attrs):
             return
         key = tuple(sorted((k, str(v)) for k, v in a.items() if isinstance(v, np.dtype)))
         fn = found.get(key)

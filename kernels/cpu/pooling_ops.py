@@ -160,6 +160,55 @@ def _max_pool_grad(x, dy, dx, KH, KW, sh, sw, pt, pl):
                         dxn[a // W, a % W, c] += g[c]
 
 
+def _max_pool_grad_bits(x, dy, dx, KH, KW, sh, sw, pt, pl, bf):
+    """_max_pool_grad of non-overlapping windows on float16 (bf False) or bfloat16 (bf True)
+    bit patterns: x compared widened in registers, each pixel's gradient dy's own bits or +0
+    (a copy: nothing to round), so nothing is widened in memory."""
+    N, H, W, C = x.shape
+    OH, OW = dy.shape[1], dy.shape[2]
+    tiled = sh == KH and sw == KW and not pt and not pl and OH * sh >= H and OW * sw >= W
+    for n in prange(N):
+        best = np.empty(C, np.float32)
+        at = np.empty(C, np.int32)
+        dxn = dx[n]
+        if not tiled:
+            for ih in range(H):
+                for iw in range(W):
+                    d = dxn[ih, iw]
+                    for c in range(C):
+                        d[c] = 0
+        for oh in range(OH):
+            h0 = oh * sh - pt
+            hs, he = max(h0, 0), min(h0 + KH, H)
+            for ow in range(OW):
+                w0 = ow * sw - pl
+                ws, we = max(w0, 0), min(w0 + KW, W)
+                if he <= hs or we <= ws:
+                    continue
+                src = x[n, hs, ws]
+                first = hs * W + ws
+                for c in range(C):
+                    best[c] = bf2f(src[c]) if bf else h2f(src[c])
+                    at[c] = first
+                for ih in range(hs, he):
+                    for iw in range(ws, we):
+                        src = x[n, ih, iw]
+                        p = ih * W + iw
+                        for c in range(C):
+                            v = bf2f(src[c]) if bf else h2f(src[c])
+                            b = best[c]
+                            take = b < v
+                            best[c] = v if take else b
+                            at[c] = p if take else at[c]
+                g = dy[n, oh, ow]
+                for ih in range(hs, he):
+                    for iw in range(ws, we):
+                        d = dxn[ih, iw]
+                        p = ih * W + iw
+                        for c in range(C):
+                            d[c] = g[c] if at[c] == p else np.uint16(0)
+
+
 def _avg_pool_grad(dy, dx, KH, KW, sh, sw, pt, pl):
     """Gather: each input pixel sums dy/count over the windows that contain it."""
     H, W, C = dx.shape[1], dx.shape[2], dx.shape[3]
@@ -191,8 +240,9 @@ def _pair(fn):
             jit.parallel(fn, error_model="numpy"))
 
 
-_MAX, _AVG, _MAXG, _AVGG, _MAXB = (_pair(f) for f in (_max_pool, _avg_pool, _max_pool_grad,
-                                                      _avg_pool_grad, _max_pool_bits))
+_MAX, _AVG, _MAXG, _AVGG, _MAXB, _MAXGB = (
+    _pair(f) for f in (_max_pool, _avg_pool, _max_pool_grad, _avg_pool_grad, _max_pool_bits,
+                       _max_pool_grad_bits))
 max_pool_s, avg_pool_s = _MAX[0], _AVG[0]   # by name: compiled regions (loops.py) call them
 # float16 / bfloat16 max pools on bit patterns: dtype name -> (the dtype's lowest bits, bf)
 _MAX_HALF = {"float16": (np.uint16(0xFBFF), False), "bfloat16": (np.uint16(0xFF7F), True)}
@@ -265,6 +315,27 @@ def max_pool_grad(inputs, outputs, attrs):
         return
     maxg = _MAXG[1] if x.shape[0] > 1 and dy.size * g.kh * g.kw >= PARALLEL_MIN else _MAXG[0]
     maxg(x, dy, dx, *_args(g))
+
+
+def max_pool_grad_half(inputs, dx, attrs):
+    """MaxPoolGrad of float16/bfloat16 with non-overlapping NHWC windows on bit patterns
+    (_max_pool_grad_bits); False where it does not apply (the widening kernel runs it, and
+    raises stock's errors)."""
+    x, _, dy = inputs
+    half = _MAX_HALF.get(dx.dtype.name)
+    if half is None or x.dtype != dx.dtype or dy.dtype != dx.dtype or x.shape != dx.shape \
+            or attrs.get("data_format", "NHWC") != "NHWC" or x.ndim != 4 or dy.ndim != 4:
+        return False
+    try:
+        _, g = _window(x.shape, attrs, "MaxPoolGrad", x.dtype)
+    except Exception:  # noqa: BLE001 - the widening kernel raises stock's error
+        return False
+    if g.sh < g.kh or g.sw < g.kw or not dx.size or not dy.size \
+            or dy.shape != (x.shape[0], g.oh, g.ow, x.shape[3]):
+        return False
+    _pick(_MAXGB, dy.size * g.kh * g.kw)(x.view(np.uint16), dy.view(np.uint16),
+                                        dx.view(np.uint16), *_args(g), half[1])
+    return True
 
 
 @kernel("AvgPoolGrad", dtypes=FLOATS)
