@@ -153,3 +153,11 @@ def test_backprop_filter_within_one_rounding_of_stocks(tf, xs, fs, pad, dil):
     assert bf16_gemm.backprop_filter_into(df, x, dy, g)
     d = np.abs(df.view(np.uint16).astype(np.int32) - ref.view(np.uint16).astype(np.int32))
     assert d.max() <= 1 and (d == 0).mean() > 0.99, (d.max(), (d == 0).mean())
+
+
+def test_not_used_where_stock_widens_bfloat16_in_software(monkeypatch):
+    """With oneDNN off stock's bfloat16 kernels keep subnormal inputs, which the instruction
+    drops: the widening kernels run then."""
+    assert bf16_gemm.runs()
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    assert not bf16_gemm.runs()

@@ -11,8 +11,9 @@ threads (how it is cut depends on the shape only: the bits do not depend on the 
 Like the instruction, the product treats subnormal inputs as zero and flushes subnormal
 results (stock's oneDNN kernel runs the same instruction).
 
-`available()`: the CPU has AVX512_BF16 (shape_fns.host) and LLVM compiled the kernel; elsewhere
-the callers widen to float32 (kernels/cpu/half_ops.py, matmul_ops.py).
+`runs()`: the CPU has AVX512_BF16 (shape_fns.host), LLVM compiled the kernel and stock runs
+bfloat16 on oneDNN; elsewhere the callers widen to float32 (kernels/cpu/half_ops.py,
+matmul_ops.py).
 """
 import numpy as np
 from llvmlite import ir
@@ -22,7 +23,7 @@ from numba.extending import intrinsic
 from kernels.cpu import jit
 from kernels.cpu.half_bits import narrow_into
 from kernels.cpu.scratch import scratch
-from shape_fns.host import cpu_flags
+from shape_fns.host import cpu_flags, onednn_runs
 
 NR = 64          # columns of a tile: four 16-lane registers
 MR = 6           # rows of a tile: 6 x 4 accumulators + 4 B registers + 1 broadcast of 32
@@ -251,6 +252,13 @@ def available():
                 ok = False
         _state["ok"] = ok
     return _state["ok"]
+
+
+def runs():
+    """Whether bfloat16 products run here: the instruction is there and stock runs bfloat16 on
+    oneDNN, which uses it (with TF_ENABLE_ONEDNN_OPTS=0 stock widens in software: subnormal
+    inputs count there, and the instruction would drop them)."""
+    return available() and onednn_runs("bfloat16")
 
 
 def aligned_empty(shape, dtype):

@@ -50,7 +50,7 @@ def _bf16_conv(inputs, out, attrs):
     where it has them and the shapes suit; False: the float32 kernel runs it."""
     x, f = inputs
     if (out.dtype.name != "bfloat16" or attrs.get("data_format", "NHWC") != "NHWC"
-            or x.ndim != 4 or f.ndim != 4 or not bf16_gemm.available()):
+            or x.ndim != 4 or f.ndim != 4 or not bf16_gemm.runs()):
         return False
     g, _, groups = conv_geometry(x.shape, f.shape, attrs, "Conv2D", x.dtype)
     if not bf16_gemm.conv_eligible(x.shape, f.shape, g, groups):
@@ -64,7 +64,7 @@ def _bf16_backprop_input(inputs, dx, attrs):
     stock's errors)."""
     _, f, dy = inputs
     if (dx.dtype.name != "bfloat16" or attrs.get("data_format", "NHWC") != "NHWC"
-            or dx.ndim != 4 or f.ndim != 4 or dy.ndim != 4 or not bf16_gemm.available()):
+            or dx.ndim != 4 or f.ndim != 4 or dy.ndim != 4 or not bf16_gemm.runs()):
         return False
     try:
         g, _, groups = conv_geometry(dx.shape, f.shape, attrs, "Conv2DBackpropInput", dx.dtype)
@@ -81,7 +81,7 @@ def _bf16_backprop_filter(inputs, df, attrs):
     errors)."""
     x, _, dy = inputs
     if (df.dtype.name != "bfloat16" or attrs.get("data_format", "NHWC") != "NHWC"
-            or df.ndim != 4 or x.ndim != 4 or dy.ndim != 4 or not bf16_gemm.available()):
+            or df.ndim != 4 or x.ndim != 4 or dy.ndim != 4 or not bf16_gemm.runs()):
         return False
     try:
         g, _, groups = conv_geometry(x.shape, df.shape, attrs, "Conv2DBackpropFilter", x.dtype)
@@ -96,7 +96,7 @@ def bias_relu_product(op, attrs, inputs, bias, spec):
     """Relu(op(inputs) + bias) for a bfloat16 Conv2D or MatMul on the CPU's bfloat16 dot
     products, added and clipped in float32 before the one rounding (stock's fused oneDNN
     convolution); None where that kernel does not run it (the caller runs the ops in turn)."""
-    if spec is None or spec.dtype.name != "bfloat16" or not bf16_gemm.available() \
+    if spec is None or spec.dtype.name != "bfloat16" or not bf16_gemm.runs() \
             or not spec.fully_defined:
         return None
     out = np.empty(spec.shape, spec.dtype)

@@ -64,7 +64,7 @@ def _int_matmul(x, y, out):
 def _product(x, y, out, y_stays=False):
     if out.dtype.itemsize == 2:   # float16/bfloat16 (no 16-bit integers here)
         if (out.dtype.name == "bfloat16" and x.ndim == 2 and y.ndim == 2 and out.size
-                and x.shape[1] and bf16_gemm.available()):
+                and x.shape[1] and bf16_gemm.runs()):
             bf16_gemm.product_into(out, x, y)   # the CPU's bfloat16 dot products
             return
         x32, y32 = x.astype(np.float32), y.astype(np.float32)
