@@ -308,11 +308,52 @@ def backprop_input_nhwc(f, dy, dx, g):
         col2im(dcols.reshape(-1, KH * KW, C), dx, n0, n1, OH, OW, *_geom_args(g))
 
 
+def _filter_grad_few(x, dy, part, KH, KW, sh, sw, dh, dw, pt, pl):
+    """part[n] = image n's filter gradient, summed over its output pixels in float32 (a
+    window's taps outside the image skipped, as stock's kernels skip them): vectorised over the
+    output channels, the filter gradient small enough to stay in L1."""
+    N, H, W, C = x.shape
+    OH, OW = dy.shape[1], dy.shape[2]
+    for n in prange(N):
+        acc = part[n]
+        acc[...] = 0
+        for oh in range(OH):
+            for kh in range(KH):
+                ih = oh * sh + kh * dh - pt
+                if ih < 0 or ih >= H:
+                    continue
+                for ow in range(OW):
+                    g = dy[n, oh, ow]
+                    for kw in range(KW):
+                        iw = ow * sw + kw * dw - pl
+                        if iw < 0 or iw >= W:
+                            continue
+                        src = x[n, ih, iw]
+                        for c in range(C):
+                            v = src[c]
+                            a = acc[kh, kw, c]
+                            for o in range(a.shape[0]):
+                                a[o] += v * g[o]
+
+
+_FEW = (njit(cache=True, nogil=True, error_model="numpy")(_filter_grad_few),
+        jit.parallel(_filter_grad_few, error_model="numpy"))
+FEW_MAX = 4096   # filter gradient elements (16 KiB of float32) for _filter_grad_few
+FEW_CHANNELS = 4  # input channels up to which it runs (a network's first layer: gray, RGB(A))
+
+
 def backprop_filter_nhwc(x, dy, df, g):
     N, H, W, C = x.shape
     KH, KW, _, CO = df.shape
     OH, OW = dy.shape[1], dy.shape[2]
     K = KH * KW * C
+    if C <= FEW_CHANNELS and K * CO <= FEW_MAX and x.dtype == np.float32 and N:
+        # a first layer: im2col's columns would be K wide, its GEMM a thin reduction over every
+        # pixel; per-image sums in L1, added in image order (the bits do not depend on threads)
+        part = scratch((N, KH, KW, C, CO), np.float32, "few")
+        _FEW[1 if N > 1 else 0](x, dy, part, KH, KW, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl)
+        np.sum(part, axis=0, out=df)
+        return
     df2 = df.reshape(K, CO)
     dy2 = dy.reshape(N * OH * OW, CO)
     if _pointwise(g):
