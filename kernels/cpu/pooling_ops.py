@@ -77,6 +77,71 @@ def _max_pool_bits(x, out, KH, KW, sh, sw, pt, pl, lowest, bf):
                 o[c] = f2bf(best[c]) if bf else f2h(best[c])
 
 
+def _max_pool_bits_2x2(x, out, lowest, bf):
+    """_max_pool_bits for 2x2 windows at stride 2 inside the image (the common pool): the four
+    inputs of each output compared in window order as widened floats (NaN never wins, the first
+    of equal values stays), the winner's bits stored; one straight pass over channels that the
+    compiler vectorises (a 256x32x32x32 bfloat16 pool: 1.5 ms through the general loops)."""
+    OH, OW, C = out.shape[1], out.shape[2], out.shape[3]
+    low = bf2f(lowest) if bf else h2f(lowest)
+    for q in prange(out.shape[0] * OH):
+        n = q // OH
+        oh = q - n * OH
+        r0 = x[n, 2 * oh]
+        r1 = x[n, 2 * oh + 1]
+        o = out[n, oh]
+        for ow in range(OW):
+            a, b = r0[2 * ow], r0[2 * ow + 1]
+            c, d = r1[2 * ow], r1[2 * ow + 1]
+            dst = o[ow]
+            for k in range(C):
+                bits = lowest
+                best = low
+                v = bf2f(a[k]) if bf else h2f(a[k])
+                take = best < v
+                best = v if take else best
+                bits = a[k] if take else bits
+                v = bf2f(b[k]) if bf else h2f(b[k])
+                take = best < v
+                best = v if take else best
+                bits = b[k] if take else bits
+                v = bf2f(c[k]) if bf else h2f(c[k])
+                take = best < v
+                best = v if take else best
+                bits = c[k] if take else bits
+                v = bf2f(d[k]) if bf else h2f(d[k])
+                take = best < v
+                bits = d[k] if take else bits
+                dst[k] = bits
+
+
+def _max_pool_2x2(x, out, lowest):
+    """_max_pool for 2x2 windows at stride 2 inside the image (float32/float64): the four inputs
+    in window order, NaN never wins, the first of equal values stays; vectorised over channels
+    (a 256x32x32x32 float32 pool: 1.25 ms through the general loops)."""
+    OH, OW, C = out.shape[1], out.shape[2], out.shape[3]
+    for q in prange(out.shape[0] * OH):
+        n = q // OH
+        oh = q - n * OH
+        r0 = x[n, 2 * oh]
+        r1 = x[n, 2 * oh + 1]
+        o = out[n, oh]
+        for ow in range(OW):
+            a, b = r0[2 * ow], r0[2 * ow + 1]
+            c, d = r1[2 * ow], r1[2 * ow + 1]
+            dst = o[ow]
+            for k in range(C):
+                best = lowest
+                v = a[k]
+                best = v if best < v else best
+                v = b[k]
+                best = v if best < v else best
+                v = c[k]
+                best = v if best < v else best
+                v = d[k]
+                dst[k] = v if best < v else best
+
+
 def _avg_pool(x, out, KH, KW, sh, sw, pt, pl):
     H, W, C = x.shape[1], x.shape[2], x.shape[3]
     OH, OW = out.shape[1], out.shape[2]
@@ -240,9 +305,9 @@ def _pair(fn):
             jit.parallel(fn, error_model="numpy"))
 
 
-_MAX, _AVG, _MAXG, _AVGG, _MAXB, _MAXGB = (
+_MAX, _AVG, _MAXG, _AVGG, _MAXB, _MAXGB, _MAXB2, _MAX2 = (
     _pair(f) for f in (_max_pool, _avg_pool, _max_pool_grad, _avg_pool_grad, _max_pool_bits,
-                       _max_pool_grad_bits))
+                       _max_pool_grad_bits, _max_pool_bits_2x2, _max_pool_2x2))
 max_pool_s, avg_pool_s = _MAX[0], _AVG[0]   # by name: compiled regions (loops.py) call them
 # float16 / bfloat16 max pools on bit patterns: dtype name -> (the dtype's lowest bits, bf)
 _MAX_HALF = {"float16": (np.uint16(0xFBFF), False), "bfloat16": (np.uint16(0xFF7F), True)}
@@ -278,14 +343,22 @@ def max_pool(inputs, outputs, attrs):
     if out.size == 0:
         return
     half = _MAX_HALF.get(x.dtype.name)
+    pairs = (fmt == "NHWC" and g.kh == g.kw == g.sh == g.sw == 2 and not g.pt and not g.pl
+             and 2 * out.shape[1] <= x.shape[1] and 2 * out.shape[2] <= x.shape[2])
     if half is None:
         pool, extra = _MAX, (x.dtype.type(np.finfo(x.dtype).min),)
+        if pairs:
+            _pick(_MAX2, out.size)(x, out, *extra)
+            return
     else:
         if half[1] and onednn_runs(x.dtype):
             # stock's oneDNN bfloat16 pool starts from -Inf (its float32 one, and Eigen's, from
             # the lowest value): a window of NaN only gives -Inf there
             half = (_BF16_NEG_INF, True)
         pool, extra, x, out = _MAXB, half, x.view(np.uint16), out.view(np.uint16)
+        if pairs:   # the common pool, in one vectorised pass
+            _pick(_MAXB2, out.size)(x, out, *half)
+            return
     dst, finish = nhwc_out(out, fmt)
     _pick(pool, out.size)(nhwc_in(x, fmt), dst, *_args(g), *extra)
     finish()
