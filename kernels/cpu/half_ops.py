@@ -92,14 +92,12 @@ def _bf16_backprop_filter(inputs, df, attrs):
     return bf16_gemm.backprop_filter_into(df, x, dy, g)
 
 
-def bias_relu_product(op, attrs, inputs, bias, spec):
-    """Relu(op(inputs) + bias) for a bfloat16 Conv2D or MatMul on the CPU's bfloat16 dot
+def bias_relu_product(op, attrs, inputs, bias, out):
+    """out = Relu(op(inputs) + bias) for a bfloat16 Conv2D or MatMul on the CPU's bfloat16 dot
     products, added and clipped in float32 before the one rounding (stock's fused oneDNN
     convolution); None where that kernel does not run it (the caller runs the ops in turn)."""
-    if spec is None or spec.dtype.name != "bfloat16" or not bf16_gemm.runs() \
-            or not spec.fully_defined:
+    if out.dtype.name != "bfloat16" or not bf16_gemm.runs():
         return None
-    out = np.empty(spec.shape, spec.dtype)
     if op == "MatMul":
         a, b = inputs
         a = a.T if attrs["transpose_a"] else a

@@ -7,7 +7,7 @@ import numpy as np
 from kernels.elementwise_table import TABLE
 from shape_fns import Unsupported
 
-from ... import devices, executor
+from ... import alloc, devices, executor
 from ..ir import Node
 
 PRODUCERS = {"MatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "DepthwiseConv2dNative",
@@ -88,11 +88,12 @@ def _merge_half_relu(e, m, n, k, r):
     half = devices.library("half_products")   # the device's own fused kernel, if it has one
 
     def run_half(arrays, out_specs, out=None):
-        bias = arrays[n_m]
-        res = None if half is None else half.bias_relu_product(m.op, m.attrs, arrays[:n_m],
-                                                                bias, out_specs[0])
-        if res is not None:
-            return [res]
+        spec = out_specs[0] if out_specs else None
+        if half is not None and spec is not None and spec.fully_defined:
+            res = half.bias_relu_product(m.op, m.attrs, arrays[:n_m], arrays[n_m],
+                                         alloc.empty(spec.shape, spec.dtype))
+            if res is not None:
+                return [res]
         buf = e.fn(arrays, e.out_specs)[0]   # the three kernels in turn
         buf = np.array(executor.as_numpy(buf)) if not executor.writable(buf) else buf
         try:
