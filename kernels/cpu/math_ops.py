@@ -44,7 +44,7 @@ def _cast_half(x, out, src, dst):
         if out.size:
             _h2f_loop(x.view(np.uint16).reshape(-1), out.reshape(-1))
         return
-    if src == np.float32 and dst == np.float16:
+    if src == np.float32 and dst.name in _HALF:   # numba's rounding loop, not ml_dtypes' casts
         narrow_into(out, x)
         return
     if src.name == "bfloat16" and dst == np.float32:   # the top half of the float32 bits
