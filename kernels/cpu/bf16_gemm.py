@@ -45,13 +45,15 @@ class _BFloat(ir.Type):
 
 def _tile(mr, accumulate=False):
     """An intrinsic computing C[0:mr, 0:min(64, ncols)] = sum over segments s of
-    A_s[0:mr, 0:2kp] @ the panel's rows for s, accumulated in float32 and stored rounded to
-    bfloat16: tile(a_addr, lda, offs_addr, nseg, kp, b_addr, c_addr, ldc, ncols). A_s starts
-    offs[s] bfloat16 elements after a_addr (a product: one segment at 0; a convolution: one per
-    filter tap), rows lda elements apart; the panel holds nseg * kp rows of 64 packed pairs,
-    64-byte aligned; C's rows ldc bfloat16 elements apart; nseg, kp >= 1. accumulate: C is
-    float32 (64 columns of every row its own, ldc in float32 elements), the sums are added to
-    it and stored unrounded (bias and relu unused): a reduction cut into blocks."""
+    A_s[0:mr, 0:2kp] @ the panel's rows for s, accumulated in float32, + bias, Relu where relu
+    is set, stored rounded to bfloat16: tile(a_addr, lda, offs_addr, nseg, kp, b_addr, c_addr,
+    ldc, ncols, bias_addr, relu). A_s starts offs[s] bfloat16 elements after a_addr (a product:
+    one segment at 0; a convolution: one per filter tap), rows lda elements apart; the panel
+    holds nseg * kp rows of 64 packed pairs (read unaligned: pack_b aligns them to 64 bytes,
+    the check in `available` need not); C's rows ldc bfloat16 elements apart; bias: 64 float32
+    values; nseg, kp >= 1. accumulate: C is float32 (64 columns of every row its own, ldc in
+    float32 elements), the sums are added to it and stored unrounded (bias and relu unused): a
+    reduction cut into blocks."""
 
     @intrinsic
     def tile(typingctx, a, lda, offs, nseg, kp, b, c, ldc, ncols, bias, relu):
@@ -110,7 +112,7 @@ def _tile(mr, accumulate=False):
                 accs.append(ph)
             brow = builder.mul(builder.add(row0, p), k64(4))
             bs = [builder.bitcast(builder.load(builder.gep(b_p, [builder.add(brow, k64(j))]),
-                                               align=64), vb) for j in range(4)]
+                                               align=4), vb) for j in range(4)]
             news = []
             for r in range(mr):
                 off = builder.add(builder.mul(k64(r), lda_v), builder.mul(p, k64(2)))
@@ -261,19 +263,16 @@ def runs():
     return available() and onednn_runs("bfloat16")
 
 
-def aligned_empty(shape, dtype):
-    """A C-contiguous array whose data starts on a 64-byte boundary."""
-    dtype = np.dtype(dtype)
-    n = int(np.prod(shape)) * dtype.itemsize
-    raw = np.empty(n + 64, np.uint8)
-    off = (-raw.ctypes.data) % 64
-    return raw[off:off + n].view(dtype).reshape(shape)
-
-
 def pack_b(b):
-    """B[K, N] (bfloat16 bits, uint16) as panels of packed pairs, 64-byte aligned."""
+    """B[K, N] (bfloat16 bits, uint16) as panels of packed pairs, 64-byte aligned, in this
+    thread's work buffer (valid until its next pack_b: a fresh multi-MB array each call cost a
+    page fault per 4 KiB)."""
     K, N = b.shape
-    out = aligned_empty(((N + NR - 1) // NR, max(1, (K + 1) // 2), NR), np.uint32)
+    shape = ((N + NR - 1) // NR, max(1, (K + 1) // 2), NR)
+    n = shape[0] * shape[1] * NR
+    raw = scratch((n + 16,), np.uint32, "bf16_b")
+    off = (-raw.ctypes.data % 64) // 4
+    out = raw[off:off + n].reshape(shape)
     _PACK[1 if out.size >= 1 << 16 else 0](b, out)
     return out
 
