@@ -161,3 +161,25 @@ def test_not_used_where_stock_widens_bfloat16_in_software(monkeypatch):
     assert bf16_gemm.runs()
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     assert not bf16_gemm.runs()
+
+
+def test_fused_bias_relu_declines_while_its_kernel_compiles(tf, monkeypatch):
+    """A compile in the background (kernels/cpu/deferred.py) makes the fused kernel decline:
+    the node runs its three kernels in turn (each declining to TensorFlow alone), no error."""
+    import tf_backend
+    from kernels.cpu import half_ops
+    from kernels.cpu.deferred import Deferred
+    from tf_backend import numerics
+
+    def compiling(*a, **k):
+        raise Deferred("compiling")
+
+    monkeypatch.setattr(half_ops, "bias_relu_product", compiling)
+    bf = _bf()
+    rng = np.random.default_rng(5)
+    args = [tf.constant(rng.standard_normal(s).astype(bf))
+            for s in ((2, 8, 8, 16), (3, 3, 16, 32), (32,))]
+    ref = _bias_relu_fn(tf, True)(*args).numpy()
+    with tf_backend.enabled():
+        got = _bias_relu_fn(tf, True)(*args).numpy()
+    assert numerics.compare(got, ref, "reduction", 144) is None
