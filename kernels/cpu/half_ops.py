@@ -45,51 +45,42 @@ def _float32_kernel(op, attrs):
     return None
 
 
-def _bf16_conv(inputs, out, attrs):
-    """A bfloat16 NHWC Conv2D on the CPU's bfloat16 dot products (kernels/cpu/bf16_gemm.py),
-    where it has them and the shapes suit; False: the float32 kernel runs it."""
-    x, f = inputs
+def _bf16_window(op, out, arrays, x_shape, f_shape, attrs):
+    """The geometry of a one-group NHWC bfloat16 convolution op where the CPU's bfloat16 dot
+    products run (kernels/cpu/bf16_gemm.py); None: the float32 kernel runs it (and raises
+    stock's errors)."""
     if (out.dtype.name != "bfloat16" or attrs.get("data_format", "NHWC") != "NHWC"
-            or x.ndim != 4 or f.ndim != 4 or not bf16_gemm.runs()):
-        return False
-    g, _, groups = conv_geometry(x.shape, f.shape, attrs, "Conv2D", x.dtype)
-    if not bf16_gemm.conv_eligible(x.shape, f.shape, g, groups):
-        return False
-    return bf16_gemm.conv2d_into(out, x, f, g)
+            or any(a.ndim != 4 for a in arrays) or not bf16_gemm.runs()):
+        return None
+    try:
+        g, _, groups = conv_geometry(x_shape, f_shape, attrs, op, out.dtype)
+    except Exception:  # noqa: BLE001 - the float32 kernel raises stock's error
+        return None
+    return g if groups == 1 else None
+
+
+def _bf16_conv(inputs, out, attrs):
+    """Conv2D (>= 16 output channels) on the bfloat16 dot products; False: not here."""
+    x, f = inputs
+    g = _bf16_window("Conv2D", out, (x, f), x.shape, f.shape, attrs)
+    return (g is not None and bf16_gemm.conv_eligible(x.shape, f.shape, g, 1)
+            and bf16_gemm.conv2d_into(out, x, f, g))
 
 
 def _bf16_backprop_input(inputs, dx, attrs):
-    """A bfloat16 NHWC unit-stride Conv2DBackpropInput as a convolution on the CPU's bfloat16
-    dot products (bf16_gemm.backprop_input_into); False: the float32 kernel runs it (and raises
-    stock's errors)."""
+    """Conv2DBackpropInput of a unit-stride convolution, as a convolution on the bfloat16 dot
+    products (bf16_gemm.backprop_input_into); False: not here."""
     _, f, dy = inputs
-    if (dx.dtype.name != "bfloat16" or attrs.get("data_format", "NHWC") != "NHWC"
-            or dx.ndim != 4 or f.ndim != 4 or dy.ndim != 4 or not bf16_gemm.runs()):
-        return False
-    try:
-        g, _, groups = conv_geometry(dx.shape, f.shape, attrs, "Conv2DBackpropInput", dx.dtype)
-    except Exception:  # noqa: BLE001 - the float32 kernel raises stock's error
-        return False
-    if groups != 1:
-        return False
-    return bf16_gemm.backprop_input_into(dx, f, dy, g)
+    g = _bf16_window("Conv2DBackpropInput", dx, (dx, f, dy), dx.shape, f.shape, attrs)
+    return g is not None and bf16_gemm.backprop_input_into(dx, f, dy, g)
 
 
 def _bf16_backprop_filter(inputs, df, attrs):
-    """A bfloat16 NHWC unit-stride Conv2DBackpropFilter on the CPU's bfloat16 dot products
-    (bf16_gemm.backprop_filter_into); False: the float32 kernel runs it (and raises stock's
-    errors)."""
+    """Conv2DBackpropFilter of a unit-stride convolution on the bfloat16 dot products
+    (bf16_gemm.backprop_filter_into); False: not here."""
     x, _, dy = inputs
-    if (df.dtype.name != "bfloat16" or attrs.get("data_format", "NHWC") != "NHWC"
-            or df.ndim != 4 or x.ndim != 4 or dy.ndim != 4 or not bf16_gemm.runs()):
-        return False
-    try:
-        g, _, groups = conv_geometry(x.shape, df.shape, attrs, "Conv2DBackpropFilter", x.dtype)
-    except Exception:  # noqa: BLE001 - the float32 kernel raises stock's error
-        return False
-    if groups != 1:
-        return False
-    return bf16_gemm.backprop_filter_into(df, x, dy, g)
+    g = _bf16_window("Conv2DBackpropFilter", df, (df, x, dy), x.shape, df.shape, attrs)
+    return g is not None and bf16_gemm.backprop_filter_into(df, x, dy, g)
 
 
 def bias_relu_product(op, attrs, inputs, bias, out):
