@@ -505,17 +505,32 @@ _FGRAD = (njit(cache=True, nogil=True)(_filter_grad), jit.parallel(_filter_grad)
 
 
 def _channels_first(x, xt, pt, pl):
-    """xt[c, n, pt + h, pl + w] = x[n, h, w, c], zeros around."""
+    """xt[c, n, pt + h, pl + w] = x[n, h, w, c], zeros around (and in channels beyond x's):
+    one input row read contiguously per iteration, written to every channel's plane."""
     N, H, W, C = x.shape
-    Hp, Wp = xt.shape[2], xt.shape[3]
-    for q in prange(C * N):
-        c = q // N
-        n = q - c * N
-        plane = xt[c, n]
-        plane[:, :] = 0
-        for h in range(H):
+    C6, Hp, Wp = xt.shape[0], xt.shape[2], xt.shape[3]
+    for q in prange(N * Hp):
+        n = q // Hp
+        hp = q - n * Hp
+        h = hp - pt
+        if h < 0 or h >= H:
+            for c in range(C6):
+                xt[c, n, hp, :] = 0
+            continue
+        row = x[n, h]
+        for c in range(C6):
+            dst = xt[c, n, hp]
+            for w in range(pl):
+                dst[w] = 0
+            for w in range(pl + W, Wp):
+                dst[w] = 0
+        for w in range(W):
+            src = row[w]
+            for c in range(C):
+                xt[c, n, hp, pl + w] = src[c]
+        for c in range(C, C6):
             for w in range(W):
-                plane[pt + h, pl + w] = x[n, h, w, c]
+                xt[c, n, hp, pl + w] = 0
 
 
 _CFIRST = (njit(cache=True, nogil=True)(_channels_first), jit.parallel(_channels_first))
@@ -535,8 +550,6 @@ def backprop_filter_into(df, x, dy, g):
     Hp, Wp = H + g.pt + g.pb, W + g.pl + g.pr
     C6 = (C + MR - 1) // MR * MR
     xt = scratch((C6, N, Hp, Wp), np.uint16, "bf16_x")
-    if C6 != C:
-        xt[C:] = 0
     _CFIRST[1 if xt.size >= 1 << 17 else 0](x.view(np.uint16), xt, g.pt, g.pl)
     bp = pack_b(np.ascontiguousarray(dy).view(np.uint16).reshape(-1, O))
     offs = np.array([n * Hp * Wp + oh * Wp for n in range(N) for oh in range(g.oh)], np.int64)
