@@ -43,7 +43,7 @@ class _BFloat(ir.Type):
         return hash("bfloat")
 
 
-def _tile(mr, accumulate=False):
+def _tile(mr, accumulate=False, nv=4):
     """An intrinsic computing C[0:mr, 0:min(64, ncols)] = sum over segments s of
     A_s[0:mr, 0:2kp] @ the panel's rows for s, accumulated in float32, + bias, Relu where relu
     is set, stored rounded to bfloat16: tile(a_addr, lda, offs_addr, nseg, kp, b_addr, c_addr,
@@ -53,7 +53,8 @@ def _tile(mr, accumulate=False):
     the check in `available` need not); C's rows ldc bfloat16 elements apart; bias: 64 float32
     values; nseg, kp >= 1. accumulate: C is float32 (64 columns of every row its own, ldc in
     float32 elements), the sums are added to it and stored unrounded (bias and relu unused): a
-    reduction cut into blocks."""
+    reduction cut into blocks. nv: 16-column registers a row (4: panels of 64 columns, 2: of
+    32, for products with few columns)."""
 
     @intrinsic
     def tile(typingctx, a, lda, offs, nseg, kp, b, c, ldc, ncols, bias, relu):
@@ -81,9 +82,9 @@ def _tile(mr, accumulate=False):
             c_f = builder.inttoptr(c_addr, f32.as_pointer())
             cptr = [[builder.bitcast(builder.gep(c_f, [builder.add(
                 builder.mul(k64(r), ldc_v), k64(16 * j))]), vf.as_pointer())
-                for j in range(4)] for r in range(mr)] if accumulate else None
-            init = [builder.load(cptr[r][j], align=4) for r in range(mr) for j in range(4)] \
-                if accumulate else [zero] * (mr * 4)
+                for j in range(nv)] for r in range(mr)] if accumulate else None
+            init = [builder.load(cptr[r][j], align=4) for r in range(mr) for j in range(nv)] \
+                if accumulate else [zero] * (mr * nv)
             head = builder.append_basic_block("bf16_seg")
             loop = builder.append_basic_block("bf16_loop")
             latch = builder.append_basic_block("bf16_next")
@@ -101,7 +102,7 @@ def _tile(mr, accumulate=False):
             a_s = builder.gep(a_p, [builder.load(builder.gep(o_p, [sg]))])
             row0 = builder.mul(sg, kp_v)
             builder.branch(loop)
-            # per pair of the segment: 4 panel registers, mr broadcasts, mr * 4 products
+            # per pair of the segment: nv panel registers, mr broadcasts, mr * nv products
             builder.position_at_end(loop)
             p = builder.phi(i64)
             p.add_incoming(k64(0), head)
@@ -110,9 +111,9 @@ def _tile(mr, accumulate=False):
                 ph = builder.phi(vf)
                 ph.add_incoming(acc, head)
                 accs.append(ph)
-            brow = builder.mul(builder.add(row0, p), k64(4))
+            brow = builder.mul(builder.add(row0, p), k64(nv))
             bs = [builder.bitcast(builder.load(builder.gep(b_p, [builder.add(brow, k64(j))]),
-                                               align=4), vb) for j in range(4)]
+                                               align=4), vb) for j in range(nv)]
             news = []
             for r in range(mr):
                 off = builder.add(builder.mul(k64(r), lda_v), builder.mul(p, k64(2)))
@@ -121,24 +122,24 @@ def _tile(mr, accumulate=False):
                 splat = builder.shuffle_vector(
                     builder.insert_element(undef, av, ir.Constant(i32, 0)), undef, mask)
                 sb = builder.bitcast(splat, vb)
-                for j in range(4):
-                    news.append(builder.call(dp, [accs[r * 4 + j], sb, bs[j]]))
+                for j in range(nv):
+                    news.append(builder.call(dp, [accs[r * nv + j], sb, bs[j]]))
             p1 = builder.add(p, k64(1))
             p.add_incoming(p1, loop)
-            for ph, nv in zip(accs, news):
-                ph.add_incoming(nv, loop)
+            for ph, new in zip(accs, news):
+                ph.add_incoming(new, loop)
             builder.cbranch(builder.icmp_signed("<", p1, kp_v), loop, latch)
             builder.position_at_end(latch)
             s1 = builder.add(sg, k64(1))
             sg.add_incoming(s1, latch)
-            for ph, nv in zip(seg_accs, news):
-                ph.add_incoming(nv, latch)
+            for ph, new in zip(seg_accs, news):
+                ph.add_incoming(new, latch)
             builder.cbranch(builder.icmp_signed("<", s1, nseg_v), head, done)
             builder.position_at_end(done)
             if accumulate:
                 for r in range(mr):
-                    for j in range(4):
-                        builder.store(news[r * 4 + j], cptr[r][j], align=4)
+                    for j in range(nv):
+                        builder.store(news[r * nv + j], cptr[r][j], align=4)
                 return context.get_dummy_value()
             # rounded to bfloat16 (VCVTNEPS2BF16: nearest even, NaN quiet) and stored: whole
             # registers where all 16 columns are C's, lane by lane where some are
@@ -151,11 +152,11 @@ def _tile(mr, accumulate=False):
             # the epilogue in float32 before the one rounding: + bias (64 float32 values for
             # the panel's columns, zeros where none), then Relu (x < 0 ? 0 : x: NaN and -0 stay)
             bias_p = builder.inttoptr(bias_addr, vf.as_pointer())
-            bias = [builder.load(builder.gep(bias_p, [k64(j)]), align=4) for j in range(4)]
+            bias = [builder.load(builder.gep(bias_p, [k64(j)]), align=4) for j in range(nv)]
             do_relu = builder.icmp_signed("!=", relu_v, k64(0))
             for r in range(mr):
-                for j in range(4):
-                    acc = builder.fadd(news[r * 4 + j], bias[j])
+                for j in range(nv):
+                    acc = builder.fadd(news[r * nv + j], bias[j])
                     clipped = builder.select(builder.fcmp_ordered("<", acc, zero), zero, acc)
                     acc = builder.select(do_relu, clipped, acc)
                     v = builder.bitcast(builder.call(cvt, [acc]), vs)
@@ -180,14 +181,15 @@ def _tile(mr, accumulate=False):
 
 
 _T1, _T2, _T3, _T4, _T5, _T6 = (_tile(m) for m in range(1, 7))
+_N1, _N2, _N3, _N4, _N5, _N6 = (_tile(m, nv=2) for m in range(1, 7))   # 32-column panels
 _A6 = _tile(6, accumulate=True)
 
 
 def _matmul(a, bp, c, bias, relu):
-    """c[M, N] = a[M, 2kp] @ the packed panels bp[ceil(N/64), kp, 64] (uint32), bfloat16 bits
-    (uint16) in and out."""
+    """c[M, N] = a[M, 2kp] @ the packed panels bp[ceil(N/nr), kp, nr] (uint32; nr 64 or 32),
+    bfloat16 bits (uint16) in and out."""
     M, N = c.shape
-    n_pan, kp = bp.shape[0], bp.shape[1]
+    n_pan, kp, nr = bp.shape[0], bp.shape[1], bp.shape[2]
     lda, ldc = a.strides[0] // 2, c.strides[0] // 2
     mt = (M + MR - 1) // MR
     offs = np.zeros(1, np.int64)
@@ -197,34 +199,51 @@ def _matmul(a, bp, c, bias, relu):
         j = t // mt
         i = t - j * mt
         r0 = i * MR
-        mr = min(MR, M - r0)
-        pa = a0 + r0 * lda * 2
-        pb = b0 + j * kp * NR * 4
-        pc = c0 + (r0 * ldc + j * NR) * 2
+        _tiles(min(MR, M - r0), nr, a0 + r0 * lda * 2, lda, o0, 1, kp, b0 + j * kp * nr * 4,
+               c0 + (r0 * ldc + j * nr) * 2, ldc, N - j * nr, z0 + j * nr * 4, relu)
+
+
+@njit(inline="always")
+def _tiles(mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
+    """The tile of mr rows (1..MR) for panels nr columns wide (64 or 32)."""
+    if nr == NR:
         if mr == 6:
-            _T6(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR, z0 + j * NR * 4, relu)
+            _T6(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
         elif mr == 5:
-            _T5(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR, z0 + j * NR * 4, relu)
+            _T5(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
         elif mr == 4:
-            _T4(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR, z0 + j * NR * 4, relu)
+            _T4(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
         elif mr == 3:
-            _T3(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR, z0 + j * NR * 4, relu)
+            _T3(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
         elif mr == 2:
-            _T2(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR, z0 + j * NR * 4, relu)
+            _T2(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
         else:
-            _T1(pa, lda, o0, 1, kp, pb, pc, ldc, N - j * NR, z0 + j * NR * 4, relu)
+            _T1(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+    elif mr == 6:
+        _N6(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+    elif mr == 5:
+        _N5(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+    elif mr == 4:
+        _N4(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+    elif mr == 3:
+        _N3(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+    elif mr == 2:
+        _N2(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+    else:
+        _N1(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
 
 
 def _pack_b(b, out):
-    """out[panel, p, c] = B[2p, 64 panel + c] | B[2p + 1, 64 panel + c] << 16 (zero beyond B)."""
+    """out[panel, p, c] = B[2p, nr panel + c] | B[2p + 1, nr panel + c] << 16 (zero beyond B;
+    nr: the panels' width, out's last axis)."""
     K, N = b.shape
-    n_pan, kp = out.shape[0], out.shape[1]
+    n_pan, kp, nr = out.shape[0], out.shape[1], out.shape[2]
     for t in prange(n_pan * kp):
         j = t // kp
         p = t - j * kp
         k0 = 2 * p
-        for cc in range(NR):
-            n = j * NR + cc
+        for cc in range(nr):
+            n = j * nr + cc
             lo = np.uint32(0)
             hi = np.uint32(0)
             if n < N:
@@ -263,13 +282,19 @@ def runs():
     return available() and onednn_runs("bfloat16")
 
 
-def pack_b(b):
-    """B[K, N] (bfloat16 bits, uint16) as panels of packed pairs, 64-byte aligned, in this
-    thread's work buffer (valid until its next pack_b: a fresh multi-MB array each call cost a
-    page fault per 4 KiB)."""
+def panel_width(n):
+    """The panels' width for a product of n columns: 32 up to 32 (two registers a row, no half-
+    empty panel), else 64."""
+    return 32 if n <= 32 else NR
+
+
+def pack_b(b, nr=NR):
+    """B[K, N] (bfloat16 bits, uint16) as panels nr columns wide of packed pairs, 64-byte
+    aligned, in this thread's work buffer (valid until its next pack_b: a fresh multi-MB array
+    each call cost a page fault per 4 KiB)."""
     K, N = b.shape
-    shape = ((N + NR - 1) // NR, max(1, (K + 1) // 2), NR)
-    n = shape[0] * shape[1] * NR
+    shape = ((N + nr - 1) // nr, max(1, (K + 1) // 2), nr)
+    n = shape[0] * shape[1] * nr
     raw = scratch((n + 16,), np.uint32, "bf16_b")
     off = (-raw.ctypes.data % 64) // 4
     out = raw[off:off + n].reshape(shape)
@@ -277,9 +302,9 @@ def pack_b(b):
     return out
 
 
-def _bias(bias, n_pan):
+def _bias(bias, bp):
     """The epilogue's bias as float32, zero-padded to the panels' width (zeros: none)."""
-    z = np.zeros(n_pan * NR, np.float32)
+    z = np.zeros(bp.shape[0] * bp.shape[2], np.float32)
     if bias is not None:
         z[:bias.size] = bias.astype(np.float32).reshape(-1)
     return z
@@ -294,13 +319,13 @@ def matmul(a, bp, out, bias=None, relu=False):
         raise ValueError(f"bf16 matmul: A has {K} columns, the packed B {2 * kp}")
     if M and out.shape[1]:
         _MATMUL[1 if M * K * out.shape[1] >= PARALLEL_MIN else 0](
-            a, bp, out, _bias(bias, bp.shape[0]), int(relu))
+            a, bp, out, _bias(bias, bp), int(relu))
 
 
 def _conv(xp, bp, offs, OH, OW, sh, sw, c, bias, relu):
-    """c[(n, oh, ow), Np] = the convolution of the padded input xp[N, Hp, Wp, Ce] (bfloat16
-    bits) with the packed filter (one segment per tap at offs, Ce/2 pairs each): tiles of up
-    to MR output pixels of one output row."""
+    """c[(n, oh, ow), O] = the convolution of the padded input xp[N, Hp, Wp, Ce] (bfloat16
+    bits) with the packed filter (one segment per tap at offs, Ce/2 pairs each, panels 64 or
+    32 wide): tiles of up to MR output pixels of one output row."""
     N, Ce = xp.shape[0], xp.shape[3]
     O = c.shape[1]
     n_pan = bp.shape[0]
@@ -313,6 +338,7 @@ def _conv(xp, bp, offs, OH, OW, sh, sw, c, bias, relu):
     sn, sr = xp.strides[0] // 2, xp.strides[1] // 2
     x0, b0, c0, o0 = xp.ctypes.data, bp.ctypes.data, c.ctypes.data, offs.ctypes.data
     z0 = bias.ctypes.data
+    nr = bp.shape[2]
     for t in prange(rows * n_pan):
         j = t // rows
         q = t - j * rows
@@ -320,22 +346,9 @@ def _conv(xp, bp, offs, OH, OW, sh, sw, c, bias, relu):
         ow0 = (q - nh * owb) * MR
         n = nh // OH
         oh = nh - n * OH
-        mr = min(MR, OW - ow0)
-        pa = x0 + (n * sn + oh * sh * sr + ow0 * sw * Ce) * 2
-        pb = b0 + j * nseg * kp * NR * 4
-        pc = c0 + ((nh * OW + ow0) * ldc + j * NR) * 2
-        if mr == 6:
-            _T6(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR, z0 + j * NR * 4, relu)
-        elif mr == 5:
-            _T5(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR, z0 + j * NR * 4, relu)
-        elif mr == 4:
-            _T4(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR, z0 + j * NR * 4, relu)
-        elif mr == 3:
-            _T3(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR, z0 + j * NR * 4, relu)
-        elif mr == 2:
-            _T2(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR, z0 + j * NR * 4, relu)
-        else:
-            _T1(pa, lda, o0, nseg, kp, pb, pc, ldc, O - j * NR, z0 + j * NR * 4, relu)
+        _tiles(min(MR, OW - ow0), nr, x0 + (n * sn + oh * sh * sr + ow0 * sw * Ce) * 2, lda, o0,
+               nseg, kp, b0 + j * nseg * kp * nr * 4, c0 + ((nh * OW + ow0) * ldc + j * nr) * 2,
+               ldc, O - j * nr, z0 + j * nr * 4, relu)
 
 
 _CONV = (njit(cache=True, nogil=True)(_conv), jit.parallel(_conv))
@@ -372,14 +385,15 @@ def _pad_copy(x, xp, pt, pl):
 
 
 def pack_filter(f):
-    """A [KH, KW, C, O] bfloat16 filter (bits) as packed panels, C padded to even."""
+    """A [KH, KW, C, O] bfloat16 filter (bits) as packed panels (panel_width(O)), C padded to
+    even."""
     KH, KW, C, O = f.shape
     Ce = C + (C & 1)
     if Ce != C:
         fe = np.zeros((KH, KW, Ce, O), np.uint16)
         fe[:, :, :C] = f
         f = fe
-    return pack_b(np.ascontiguousarray(f).reshape(KH * KW * Ce, O))
+    return pack_b(np.ascontiguousarray(f).reshape(KH * KW * Ce, O), panel_width(O))
 
 
 def conv2d(x, f, g, out, bp=None, bias=None, relu=False):
@@ -403,7 +417,7 @@ def conv2d(x, f, g, out, bp=None, bias=None, relu=False):
     c = out.reshape(N * g.oh * g.ow, O)
     if c.shape[0]:
         _CONV[1 if c.shape[0] * KH * KW * Ce * O >= PARALLEL_MIN else 0](
-            xp, bp, offs, g.oh, g.ow, g.sh, g.sw, c, _bias(bias, bp.shape[0]), int(relu))
+            xp, bp, offs, g.oh, g.ow, g.sh, g.sw, c, _bias(bias, bp), int(relu))
 
 
 def _nonfinite(bits):
@@ -439,7 +453,8 @@ def product_into(out, a, b, bias=None, relu=False):
         ap = np.zeros((M, K + 1), np.uint16)
         ap[:, :K] = ab
         ab = ap
-    matmul(ab, pack_b(b.view(np.uint16)), out.view(np.uint16), bias=bias, relu=relu)
+    matmul(ab, pack_b(b.view(np.uint16), panel_width(b.shape[1])), out.view(np.uint16),
+           bias=bias, relu=relu)
 
 
 class _Window:
