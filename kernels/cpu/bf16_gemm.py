@@ -1,13 +1,14 @@
 """bfloat16 matrix products on the CPU's own bfloat16 dot-product instruction (AVX512_BF16's
 VDPBF16PS: 16 float32 lanes, each += the two products of a pair of bfloat16 values), as stock's
-oneDNN runs them on CPUs that have it; float32 accumulation, the product rounded once to
-bfloat16 by the caller.
+oneDNN runs them on CPUs that have it; float32 accumulation, each result (+ bias, Relu) rounded
+once to bfloat16 (VCVTNEPS2BF16) as it is stored.
 
-The micro-kernel is LLVM IR emitted by a numba intrinsic (`_tile(mr)`): an MR x 64 block of the
-float32 product held in MR*4 512-bit registers over the whole reduction, B read as packed pairs
-(`pack_b`: [N/64 panels][K/2][64] 32-bit words, each the bfloat16 pair B[2p, n], B[2p+1, n]),
-A's pair of each row broadcast. `matmul` cuts the product into MR x 64 tiles over numba's
-threads (how it is cut depends on the shape only: the bits do not depend on the threads).
+The micro-kernel is LLVM IR emitted by a numba intrinsic (`_tile`): an MR x 64 (or x 32) block
+of the float32 product held in registers over the whole reduction, B read as packed pairs
+(`pack_b`: [N/nr panels][K/2][nr] 32-bit words, each the bfloat16 pair B[2p, n], B[2p+1, n];
+nr = panel_width(N)), A's pair of each row broadcast. The drivers (`_matmul`, `_conv`,
+`_filter_grad`) cut the work into tiles over numba's threads (how it is cut depends on the
+shape only: the bits do not depend on the threads).
 Like the instruction, the product treats subnormal inputs as zero and flushes subnormal
 results (stock's oneDNN kernel runs the same instruction).
 
@@ -23,6 +24,7 @@ from numba.extending import intrinsic
 from kernels.cpu import jit
 from kernels.cpu.half_bits import narrow_into
 from kernels.cpu.scratch import scratch
+from shape_fns.conv_ops import Window
 from shape_fns.host import cpu_flags, onednn_runs
 
 NR = 64          # columns of a tile: four 16-lane registers
@@ -396,7 +398,7 @@ def pack_filter(f):
     return pack_b(np.ascontiguousarray(f).reshape(KH * KW * Ce, O), panel_width(O))
 
 
-def conv2d(x, f, g, out, bp=None, bias=None, relu=False):
+def conv2d(x, f, g, out, bias=None, relu=False):
     """out[N, OH, OW, O] = the NHWC convolution of x[N, H, W, C] with f[KH, KW, C, O], bfloat16
     bits (uint16) in and out (out C-contiguous), geometry g (shape_fns.conv_ops.Window:
     strides, dilations, pads); padding is zeros, so the caller keeps non-finite filters with
@@ -410,10 +412,9 @@ def conv2d(x, f, g, out, bp=None, bias=None, relu=False):
         _pad_copy(x, xp, g.pt, g.pl)
     else:
         xp = np.ascontiguousarray(x)
-    if bp is None:
-        bp = pack_filter(f)
-    offs = np.array([(kh * g.dh * Wp + kw * g.dw) * Ce for kh in range(KH) for kw in range(KW)],
-                    np.int64)
+    bp = pack_filter(f)
+    offs = ((np.arange(KH, dtype=np.int64)[:, None] * (g.dh * Wp)
+             + np.arange(KW, dtype=np.int64) * g.dw) * Ce).reshape(-1)
     c = out.reshape(N * g.oh * g.ow, O)
     if c.shape[0]:
         _CONV[1 if c.shape[0] * KH * KW * Ce * O >= PARALLEL_MIN else 0](
@@ -426,9 +427,8 @@ def _nonfinite(bits):
 
 
 def conv_eligible(x_shape, f_shape, g, groups):
-    """Whether conv2d runs this NHWC convolution: one group, 16 output channels or more (a
-    64-wide panel holds them: a 256x32x32x3 -> 32 convolution half-fills it and still ran in
-    3.0 ms against stock's 3.6 on an AVX-512 EPYC), nothing empty."""
+    """Whether conv2d runs this NHWC convolution: one group, 16 output channels or more (fewer
+    leave most of a 32-column panel empty), nothing empty."""
     return (groups == 1 and f_shape[3] >= 16 and all(d > 0 for d in x_shape)
             and g.oh > 0 and g.ow > 0)
 
@@ -448,21 +448,13 @@ def product_into(out, a, b, bias=None, relu=False):
     """out[M, N] (bfloat16) = a[M, K] @ b[K, N] (bfloat16, any strides) (+ bias, Relu: one
     rounding)."""
     M, K = a.shape
-    ab = a.view(np.uint16) if a.flags.c_contiguous else np.ascontiguousarray(a).view(np.uint16)
+    ab = np.ascontiguousarray(a).view(np.uint16)
     if K & 1:
         ap = np.zeros((M, K + 1), np.uint16)
         ap[:, :K] = ab
         ab = ap
     matmul(ab, pack_b(b.view(np.uint16), panel_width(b.shape[1])), out.view(np.uint16),
            bias=bias, relu=relu)
-
-
-class _Window:
-    __slots__ = ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow", "pt", "pb", "pl", "pr")
-
-    def __init__(self, **kw):
-        for k, v in kw.items():
-            setattr(self, k, v)
 
 
 def backprop_input_into(dx, f, dy, g):
@@ -480,8 +472,9 @@ def backprop_input_into(dx, f, dy, g):
     if min(pt, pl, pb, pr) < 0 or dy.shape != (N, g.oh, g.ow, O):
         return False
     turned = np.ascontiguousarray(fb[::-1, ::-1].transpose(0, 1, 3, 2))
-    g2 = _Window(kh=KH, kw=KW, sh=1, sw=1, dh=g.dh, dw=g.dw, oh=H, ow=W, pt=pt, pb=pb, pl=pl,
-                 pr=pr)
+    g2 = Window()
+    g2.kh, g2.kw, g2.sh, g2.sw, g2.dh, g2.dw, g2.oh, g2.ow = KH, KW, 1, 1, g.dh, g.dw, H, W
+    g2.pt, g2.pb, g2.pl, g2.pr = pt, pb, pl, pr
     conv2d(dy.view(np.uint16), turned, g2, dx.view(np.uint16))
     return True
 
@@ -567,7 +560,8 @@ def backprop_filter_into(df, x, dy, g):
     xt = scratch((C6, N, Hp, Wp), np.uint16, "bf16_x")
     _CFIRST[1 if xt.size >= 1 << 17 else 0](x.view(np.uint16), xt, g.pt, g.pl)
     bp = pack_b(np.ascontiguousarray(dy).view(np.uint16).reshape(-1, O))
-    offs = np.array([n * Hp * Wp + oh * Wp for n in range(N) for oh in range(g.oh)], np.int64)
+    offs = (np.arange(N, dtype=np.int64)[:, None] * (Hp * Wp)
+            + np.arange(g.oh, dtype=np.int64) * Wp).reshape(-1)
     n_pan = bp.shape[0]
     acc = scratch((KH * KW * C6, n_pan * NR), np.float32, "bf16_c")
     acc[...] = 0

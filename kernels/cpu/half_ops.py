@@ -59,12 +59,13 @@ def _bf16_window(op, out, arrays, x_shape, f_shape, attrs):
     return g if groups == 1 else None
 
 
-def _bf16_conv(inputs, out, attrs):
-    """Conv2D (>= 16 output channels) on the bfloat16 dot products; False: not here."""
+def _bf16_conv(inputs, out, attrs, bias=None, relu=False):
+    """Conv2D (>= 16 output channels; + bias, Relu) on the bfloat16 dot products; False: not
+    here."""
     x, f = inputs
     g = _bf16_window("Conv2D", out, (x, f), x.shape, f.shape, attrs)
     return (g is not None and bf16_gemm.conv_eligible(x.shape, f.shape, g, 1)
-            and bf16_gemm.conv2d_into(out, x, f, g))
+            and bf16_gemm.conv2d_into(out, x, f, g, bias=bias, relu=relu))
 
 
 def _bf16_backprop_input(inputs, dx, attrs):
@@ -97,19 +98,23 @@ def bias_relu_product(op, attrs, inputs, bias, out):
             return None
         bf16_gemm.product_into(out, a, b, bias=bias, relu=True)
         return out
-    x, f = inputs
-    if attrs.get("data_format", "NHWC") != "NHWC" or x.ndim != 4 or f.ndim != 4 \
-            or bias.shape != (f.shape[3],):
-        return None
-    g, _, groups = conv_geometry(x.shape, f.shape, attrs, "Conv2D", x.dtype)
-    if not bf16_gemm.conv_eligible(x.shape, f.shape, g, groups) \
-            or not bf16_gemm.conv2d_into(out, x, f, g, bias=bias, relu=True):
+    f = inputs[1]
+    if f.ndim != 4 or bias.shape != (f.shape[3],) \
+            or not _bf16_conv(inputs, out, attrs, bias=bias, relu=True):
         return None
     return out
 
 
+# kernels that run some half-precision cases without widening: op -> fn(inputs, out, attrs),
+# True when it ran the call
+DIRECT = {"Conv2D": _bf16_conv, "Conv2DBackpropInput": _bf16_backprop_input,
+          "Conv2DBackpropFilter": _bf16_backprop_filter,
+          "MaxPoolGrad": pooling_ops.max_pool_grad_half}
+
+
 def _wrap(op, type_attrs):
     found = {}
+    direct = DIRECT.get(op)
 
     no_dilations = op in ("Conv2DBackpropInput", "Conv2DBackpropFilter")
 
@@ -119,17 +124,11 @@ def _wrap(op, type_attrs):
             # stock's Eigen backprops refuse dilations (oneDNN's take them)
             raise InvalidArgumentError(
                 "Current CPU implementations do not yet support dilation rates larger than 1.")
+        if direct is not None and direct(inputs, outputs[0], attrs):
+            return
         a = dict(attrs)
         for t in type_attrs:
             a[t] = F32
-        if op == "Conv2D" and _bf16_conv(inputs, outputs[0], attrs):
-            return
-        if op == "Conv2DBackpropInput" and _bf16_backprop_input(inputs, outputs[0], attrs):
-            return
-        if op == "Conv2DBackpropFilter" and _bf16_backprop_filter(inputs, outputs[0], attrs):
-            return
-        if op == "MaxPoolGrad" and pooling_ops.max_pool_grad_half(inputs, outputs[0], attrs):
-            return
         key = tuple(sorted((k, str(v)) for k, v in a.items() if isinstance(v, np.dtype)))
         fn = found.get(key)
         if fn is None:

@@ -169,7 +169,7 @@ def bias_add(inputs, outputs, attrs):
             # half/bfloat16: the float32 sum rounded once, as Eigen's half/bfloat16 operator+
             # (numba's conversion loops: ml_dtypes' casts run ~1 ns a value)
             f = widen(x, scratch(x.shape, np.float32, "bias_x"))
-            np.add(f, widen(b).reshape(b.shape), out=f)
+            np.add(f, widen(b), out=f)
             narrow_into(out, f)
         else:
             np.add(x, b, out=out)

@@ -77,6 +77,14 @@ def _max_pool_bits(x, out, KH, KW, sh, sw, pt, pl, lowest, bf):
                 o[c] = f2bf(best[c]) if bf else f2h(best[c])
 
 
+@njit(inline="always")
+def _later_max(best, bits, b, bf):
+    """One step of a window's maximum on bit patterns: b wins over (best, bits) when its value
+    is larger (NaN never; the earlier of equal values stays)."""
+    v = bf2f(b) if bf else h2f(b)
+    return (v, b) if best < v else (best, bits)
+
+
 def _max_pool_bits_2x2(x, out, lowest, bf):
     """_max_pool_bits for 2x2 windows at stride 2 inside the image (the common pool): the four
     inputs of each output compared in window order as widened floats (NaN never wins, the first
@@ -95,24 +103,10 @@ def _max_pool_bits_2x2(x, out, lowest, bf):
             c, d = r1[2 * ow], r1[2 * ow + 1]
             dst = o[ow]
             for k in range(C):
-                bits = lowest
-                best = low
-                v = bf2f(a[k]) if bf else h2f(a[k])
-                take = best < v
-                best = v if take else best
-                bits = a[k] if take else bits
-                v = bf2f(b[k]) if bf else h2f(b[k])
-                take = best < v
-                best = v if take else best
-                bits = b[k] if take else bits
-                v = bf2f(c[k]) if bf else h2f(c[k])
-                take = best < v
-                best = v if take else best
-                bits = c[k] if take else bits
-                v = bf2f(d[k]) if bf else h2f(d[k])
-                take = best < v
-                bits = d[k] if take else bits
-                dst[k] = bits
+                best, bits = _later_max(low, lowest, a[k], bf)
+                best, bits = _later_max(best, bits, b[k], bf)
+                best, bits = _later_max(best, bits, c[k], bf)
+                dst[k] = _later_max(best, bits, d[k], bf)[1]
 
 
 def _max_pool_2x2(x, out, lowest):
@@ -132,14 +126,9 @@ def _max_pool_2x2(x, out, lowest):
             dst = o[ow]
             for k in range(C):
                 best = lowest
-                v = a[k]
-                best = v if best < v else best
-                v = b[k]
-                best = v if best < v else best
-                v = c[k]
-                best = v if best < v else best
-                v = d[k]
-                dst[k] = v if best < v else best
+                for v in (a[k], b[k], c[k], d[k]):
+                    best = v if best < v else best
+                dst[k] = best
 
 
 def _avg_pool(x, out, KH, KW, sh, sw, pt, pl):

@@ -51,12 +51,12 @@ def _half_relus(prog, replace, consumers):
     not fused elementwise: each rounds), so that kernels which add the bias and apply the Relu
     before their one rounding (kernels/cpu/bf16_gemm.py, as stock's fused oneDNN convolution)
     run all three; elsewhere the node runs the three kernels in turn. Returns the absorbed
-    Relu nodes by id."""
+    Relu nodes' ids."""
     users = {}
     for n in prog.nodes:
         for s in n.inputs:
             users.setdefault(s, []).append(n)
-    absorbed = {}
+    absorbed = set()
     for i, e in list(replace.items()):
         _, m, n, k = e.spec
         out = e.outputs[0]
@@ -70,7 +70,7 @@ def _half_relus(prog, replace, consumers):
                 or r.kind != "kernel" or r.op != "Relu" or r.ctrl
                 or not _same_full_spec(prog, out, r.outputs[0])):
             continue
-        absorbed[id(r)] = r
+        absorbed.add(id(r))
         replace[i] = _merge_half_relu(e, m, n, k, r)
     return absorbed
 
