@@ -19,7 +19,7 @@ matmul_ops.py).
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from kernels.cpu import jit
 from kernels.cpu.half_bits import narrow_into
@@ -45,7 +45,7 @@ class _BFloat(ir.Type):
         return hash("bfloat")
 
 
-def _tile(mr, accumulate=False, nv=4):
+def _tile(mr, accumulate=False, nv=4, f32=False):
     """An intrinsic computing C[0:mr, 0:min(64, ncols)] = sum over segments s of
     A_s[0:mr, 0:2kp] @ the panel's rows for s, accumulated in float32, + bias, Relu where relu
     is set, stored rounded to bfloat16: tile(a_addr, lda, offs_addr, nseg, kp, b_addr, c_addr,
@@ -56,7 +56,9 @@ def _tile(mr, accumulate=False, nv=4):
     values; nseg, kp >= 1. accumulate: C is float32 (64 columns of every row its own, ldc in
     float32 elements), the sums are added to it and stored unrounded (bias and relu unused): a
     reduction cut into blocks. nv: 16-column registers a row (4: panels of 64 columns, 2: of
-    32, for products with few columns)."""
+    32, for products with few columns). f32: A, the panels and C are float32 (a panel row: 64
+    float32 values, A read one value a step, FMA), the same segments and epilogue, no rounding.
+    """
 
     @intrinsic
     def tile(typingctx, a, lda, offs, nseg, kp, b, c, ldc, ncols, bias, relu):
@@ -65,15 +67,20 @@ def _tile(mr, accumulate=False, nv=4):
         def codegen(context, builder, signature, args):
             (a_addr, lda_v, offs_addr, nseg_v, kp_v, b_addr, c_addr, ldc_v, ncols_v, bias_addr,
              relu_v) = args
-            f32, i16, i32, i64 = ir.FloatType(), ir.IntType(16), ir.IntType(32), ir.IntType(64)
-            vf = ir.VectorType(f32, 16)
+            fl, i16, i32, i64 = ir.FloatType(), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+            vf = ir.VectorType(fl, 16)
             vi = ir.VectorType(i32, 16)
             vb = ir.VectorType(_BFloat(), 32)
             mod = builder.module
-            name = "llvm.x86.avx512bf16.dpbf16ps.512"
-            dp = mod.globals.get(name) or ir.Function(mod, ir.FunctionType(vf, [vf, vb, vb]),
-                                                      name=name)
-            a_p = builder.inttoptr(a_addr, i16.as_pointer())
+            if f32:
+                name = "llvm.fma.v16f32"
+                dp = mod.globals.get(name) or ir.Function(
+                    mod, ir.FunctionType(vf, [vf, vf, vf]), name=name)
+            else:
+                name = "llvm.x86.avx512bf16.dpbf16ps.512"
+                dp = mod.globals.get(name) or ir.Function(
+                    mod, ir.FunctionType(vf, [vf, vb, vb]), name=name)
+            a_p = builder.inttoptr(a_addr, (fl if f32 else i16).as_pointer())
             o_p = builder.inttoptr(offs_addr, i64.as_pointer())
             b_p = builder.inttoptr(b_addr, vi.as_pointer())
             zero = ir.Constant(vf, [0.0] * 16)
@@ -81,7 +88,7 @@ def _tile(mr, accumulate=False, nv=4):
             mask = ir.Constant(ir.VectorType(i32, 16), [0] * 16)
             k64 = (lambda v: ir.Constant(i64, v))
             entry = builder.block
-            c_f = builder.inttoptr(c_addr, f32.as_pointer())
+            c_f = builder.inttoptr(c_addr, fl.as_pointer())
             cptr = [[builder.bitcast(builder.gep(c_f, [builder.add(
                 builder.mul(k64(r), ldc_v), k64(16 * j))]), vf.as_pointer())
                 for j in range(nv)] for r in range(mr)] if accumulate else None
@@ -115,9 +122,18 @@ def _tile(mr, accumulate=False, nv=4):
                 accs.append(ph)
             brow = builder.mul(builder.add(row0, p), k64(nv))
             bs = [builder.bitcast(builder.load(builder.gep(b_p, [builder.add(brow, k64(j))]),
-                                               align=4), vb) for j in range(nv)]
+                                               align=4), vf if f32 else vb) for j in range(nv)]
             news = []
             for r in range(mr):
+                if f32:     # A's value of the row, broadcast; acc + a * b, one rounding (FMA)
+                    av = builder.load(builder.gep(a_s, [builder.add(
+                        builder.mul(k64(r), lda_v), p)]), align=4)
+                    sb = builder.shuffle_vector(
+                        builder.insert_element(ir.Constant(vf, None), av,
+                                               ir.Constant(i32, 0)), ir.Constant(vf, None), mask)
+                    for j in range(nv):
+                        news.append(builder.call(dp, [sb, bs[j], accs[r * nv + j]]))
+                    continue
                 off = builder.add(builder.mul(k64(r), lda_v), builder.mul(p, k64(2)))
                 pa = builder.bitcast(builder.gep(a_s, [off]), i32.as_pointer())
                 av = builder.load(pa, align=2)
@@ -147,10 +163,10 @@ def _tile(mr, accumulate=False, nv=4):
             # registers where all 16 columns are C's, lane by lane where some are
             cname = "llvm.x86.avx512bf16.cvtneps2bf16.512"
             vh = ir.VectorType(_BFloat(), 16)
-            cvt = mod.globals.get(cname) or ir.Function(mod, ir.FunctionType(vh, [vf]),
-                                                        name=cname)
-            vs = ir.VectorType(i16, 16)
-            h_p = builder.inttoptr(c_addr, i16.as_pointer())
+            cvt = None if f32 else (mod.globals.get(cname) or ir.Function(
+                mod, ir.FunctionType(vh, [vf]), name=cname))
+            vs = vf if f32 else ir.VectorType(i16, 16)
+            h_p = c_f if f32 else builder.inttoptr(c_addr, i16.as_pointer())
             # the epilogue in float32 before the one rounding: + bias (64 float32 values for
             # the panel's columns, zeros where none), then Relu (x < 0 ? 0 : x: NaN and -0 stay)
             bias_p = builder.inttoptr(bias_addr, vf.as_pointer())
@@ -161,7 +177,8 @@ def _tile(mr, accumulate=False, nv=4):
                     acc = builder.fadd(news[r * nv + j], bias[j])
                     clipped = builder.select(builder.fcmp_ordered("<", acc, zero), zero, acc)
                     acc = builder.select(do_relu, clipped, acc)
-                    v = builder.bitcast(builder.call(cvt, [acc]), vs)
+                    # float32 out: the same epilogue, stored unrounded
+                    v = acc if f32 else builder.bitcast(builder.call(cvt, [acc]), vs)
                     row = builder.add(builder.mul(k64(r), ldc_v), k64(16 * j))
                     full = builder.icmp_signed("<=", k64(16 * (j + 1)), ncols_v)
                     with builder.if_else(full) as (whole, part):
@@ -182,17 +199,75 @@ def _tile(mr, accumulate=False, nv=4):
     return tile
 
 
-_T1, _T2, _T3, _T4, _T5, _T6 = (_tile(m) for m in range(1, 7))
-_N1, _N2, _N3, _N4, _N5, _N6 = (_tile(m, nv=2) for m in range(1, 7))   # 32-column panels
-_A6 = _tile(6, accumulate=True)
+def _tile_set(f32):
+    """The tiles of 1..MR rows on 64- and 32-column panels, and the accumulating 6-row tile."""
+    return (tuple(_tile(m, f32=f32) for m in range(1, MR + 1)),
+            tuple(_tile(m, nv=2, f32=f32) for m in range(1, MR + 1)),
+            _tile(MR, accumulate=True, f32=f32))
+
+
+_TILES = {False: _tile_set(False), True: _tile_set(True)}   # by "A is float32"
+
+
+def _tiles(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
+    """The tile of mr rows (1..MR) for panels nr columns wide (64 or 32); kind: the A operand,
+    whose dtype picks the instruction (float32: FMA, else bfloat16 pairs) when numba types the
+    caller (a CPU without AVX512_BF16 never compiles the bfloat16 tiles)."""
+
+
+@overload(_tiles)
+def _tiles_typed(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
+    (w1, w2, w3, w4, w5, w6), (n1, n2, n3, n4, n5, n6), _ = _TILES[kind.dtype == types.float32]
+
+    def impl(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
+        if nr == NR:
+            if mr == 6:
+                w6(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+            elif mr == 5:
+                w5(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+            elif mr == 4:
+                w4(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+            elif mr == 3:
+                w3(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+            elif mr == 2:
+                w2(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+            else:
+                w1(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+        elif mr == 6:
+            n6(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+        elif mr == 5:
+            n5(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+        elif mr == 4:
+            n4(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+        elif mr == 3:
+            n3(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+        elif mr == 2:
+            n2(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+        else:
+            n1(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+    return impl
+
+
+def _acc6(kind, pa, lda, o0, nseg, kp, pb, pc, ldc):
+    """The accumulating 6-row tile for A's dtype (see _tiles)."""
+
+
+@overload(_acc6)
+def _acc6_typed(kind, pa, lda, o0, nseg, kp, pb, pc, ldc):
+    a6 = _TILES[kind.dtype == types.float32][2]
+
+    def impl(kind, pa, lda, o0, nseg, kp, pb, pc, ldc):
+        a6(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, 0)
+    return impl
 
 
 def _matmul(a, bp, c, bias, relu):
-    """c[M, N] = a[M, 2kp] @ the packed panels bp[ceil(N/nr), kp, nr] (uint32; nr 64 or 32),
-    bfloat16 bits (uint16) in and out."""
+    """c[M, N] = a[M, K] @ the packed panels bp[ceil(N/nr), kp, nr] (nr 64 or 32): bfloat16 bits
+    (uint16) in and out, K = 2kp (uint32 pairs), or float32 with K = kp."""
     M, N = c.shape
     n_pan, kp, nr = bp.shape[0], bp.shape[1], bp.shape[2]
-    lda, ldc = a.strides[0] // 2, c.strides[0] // 2
+    ea, ec = a.itemsize, c.itemsize
+    lda, ldc = a.strides[0] // ea, c.strides[0] // ec
     mt = (M + MR - 1) // MR
     offs = np.zeros(1, np.int64)
     a0, b0, c0, o0 = a.ctypes.data, bp.ctypes.data, c.ctypes.data, offs.ctypes.data
@@ -201,38 +276,9 @@ def _matmul(a, bp, c, bias, relu):
         j = t // mt
         i = t - j * mt
         r0 = i * MR
-        _tiles(min(MR, M - r0), nr, a0 + r0 * lda * 2, lda, o0, 1, kp, b0 + j * kp * nr * 4,
-               c0 + (r0 * ldc + j * nr) * 2, ldc, N - j * nr, z0 + j * nr * 4, relu)
-
-
-@njit(inline="always")
-def _tiles(mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
-    """The tile of mr rows (1..MR) for panels nr columns wide (64 or 32)."""
-    if nr == NR:
-        if mr == 6:
-            _T6(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-        elif mr == 5:
-            _T5(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-        elif mr == 4:
-            _T4(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-        elif mr == 3:
-            _T3(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-        elif mr == 2:
-            _T2(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-        else:
-            _T1(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-    elif mr == 6:
-        _N6(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-    elif mr == 5:
-        _N5(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-    elif mr == 4:
-        _N4(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-    elif mr == 3:
-        _N3(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-    elif mr == 2:
-        _N2(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-    else:
-        _N1(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+        _tiles(a, min(MR, M - r0), nr, a0 + r0 * lda * ea, lda, o0, 1, kp,
+               b0 + j * kp * nr * 4, c0 + (r0 * ldc + j * nr) * ec, ldc, N - j * nr,
+               z0 + j * nr * 4, relu)
 
 
 def _pack_b(b, out):
@@ -255,8 +301,21 @@ def _pack_b(b, out):
             out[j, p, cc] = lo | (hi << np.uint32(16))
 
 
+def _pack_f(b, out):
+    """out[panel, k, c] = B[k, nr panel + c], float32 (zero beyond B)."""
+    K, N = b.shape
+    n_pan, nr = out.shape[0], out.shape[2]
+    for t in prange(n_pan * K):
+        j = t // K
+        k = t - j * K
+        for cc in range(nr):
+            n = j * nr + cc
+            out[j, k, cc] = b[k, n] if n < N else 0
+
+
 _MATMUL = (njit(cache=True, nogil=True)(_matmul), jit.parallel(_matmul))
 _PACK = (njit(cache=True, nogil=True)(_pack_b), jit.parallel(_pack_b))
+_PACK_F = (njit(cache=True, nogil=True)(_pack_f), jit.parallel(_pack_f))
 PARALLEL_MIN = 1 << 18    # multiply-adds below which one thread runs the product
 
 
@@ -277,6 +336,24 @@ def available():
     return _state["ok"]
 
 
+def runs_f32():
+    """Whether float32 convolutions run on these tiles (FMA on 16-lane registers: AVX-512F;
+    with 256-bit registers the 24 accumulators would not fit; checked once)."""
+    if _state.get("f32") is None:
+        ok = "avx512f" in cpu_flags()
+        if ok:
+            try:
+                a = np.full((1, 1), 1.5, np.float32)
+                bp = np.full((1, 1, NR), 2.0, np.float32)
+                c = np.empty((1, NR), np.float32)
+                _MATMUL[0](a, bp, c, np.zeros(NR, np.float32), 0)
+                ok = bool((c == 3.0).all())
+            except Exception:  # noqa: BLE001 - LLVM refused: the im2col kernels run
+                ok = False
+        _state["f32"] = ok
+    return _state["f32"]
+
+
 def runs():
     """Whether bfloat16 products run here: the instruction is there and stock runs bfloat16 on
     oneDNN, which uses it (with TF_ENABLE_ONEDNN_OPTS=0 stock widens in software: subnormal
@@ -291,16 +368,17 @@ def panel_width(n):
 
 
 def pack_b(b, nr=NR):
-    """B[K, N] (bfloat16 bits, uint16) as panels nr columns wide of packed pairs, 64-byte
-    aligned, in this thread's work buffer (valid until its next pack_b: a fresh multi-MB array
-    each call cost a page fault per 4 KiB)."""
+    """B[K, N] (bfloat16 bits, uint16) as panels nr columns wide of packed pairs (float32 B:
+    of single values), 64-byte aligned, in this thread's work buffer (valid until its next
+    pack_b: a fresh multi-MB array each call cost a page fault per 4 KiB)."""
     K, N = b.shape
-    shape = ((N + nr - 1) // nr, max(1, (K + 1) // 2), nr)
+    f32 = b.dtype == np.float32
+    shape = ((N + nr - 1) // nr, max(1, K if f32 else (K + 1) // 2), nr)
     n = shape[0] * shape[1] * nr
-    raw = scratch((n + 16,), np.uint32, "bf16_b")
+    raw = scratch((n + 16,), np.float32 if f32 else np.uint32, "bf16_b")
     off = (-raw.ctypes.data % 64) // 4
     out = raw[off:off + n].reshape(shape)
-    _PACK[1 if out.size >= 1 << 16 else 0](b, out)
+    (_PACK_F if f32 else _PACK)[1 if out.size >= 1 << 16 else 0](b, out)
     return out
 
 
@@ -324,20 +402,24 @@ def matmul(a, bp, out, bias=None, relu=False):
             a, bp, out, _bias(bias, bp), int(relu))
 
 
-def _conv(xp, bp, offs, OH, OW, sh, sw, c, bias, relu):
+def _conv(xp, bp, offs, KW, OH, OW, sh, sw, dh, pt, H, c, bias, relu):
     """c[(n, oh, ow), O] = the convolution of the padded input xp[N, Hp, Wp, Ce] (bfloat16
-    bits) with the packed filter (one segment per tap at offs, Ce/2 pairs each, panels 64 or
-    32 wide): tiles of up to MR output pixels of one output row."""
+    bits or float32; the image's H rows from row pt) with the packed filter (one segment per
+    tap at offs, kh-major, KW a filter row; Ce/2 pairs or Ce values each; panels 64 or 32
+    wide): tiles of up to MR output pixels of one output row, each summing only the filter rows
+    that read the image's rows (a padding row adds zeros: skipped, as oneDNN skips it)."""
     N, Ce = xp.shape[0], xp.shape[3]
     O = c.shape[1]
     n_pan = bp.shape[0]
-    kp = Ce // 2
+    ex, ec = xp.itemsize, c.itemsize
+    kp = Ce // 2 if ex == 2 else Ce
     nseg = offs.shape[0]
+    KH = nseg // KW
     lda = sw * Ce
-    ldc = c.strides[0] // 2
+    ldc = c.strides[0] // ec
     owb = (OW + MR - 1) // MR
     rows = N * OH * owb
-    sn, sr = xp.strides[0] // 2, xp.strides[1] // 2
+    sn, sr = xp.strides[0] // ex, xp.strides[1] // ex
     x0, b0, c0, o0 = xp.ctypes.data, bp.ctypes.data, c.ctypes.data, offs.ctypes.data
     z0 = bias.ctypes.data
     nr = bp.shape[2]
@@ -348,9 +430,17 @@ def _conv(xp, bp, offs, OH, OW, sh, sw, c, bias, relu):
         ow0 = (q - nh * owb) * MR
         n = nh // OH
         oh = nh - n * OH
-        _tiles(min(MR, OW - ow0), nr, x0 + (n * sn + oh * sh * sr + ow0 * sw * Ce) * 2, lda, o0,
-               nseg, kp, b0 + j * nseg * kp * nr * 4, c0 + ((nh * OW + ow0) * ldc + j * nr) * 2,
-               ldc, O - j * nr, z0 + j * nr * 4, relu)
+        kh0, kh1 = 0, KH
+        while kh0 < KH and oh * sh + kh0 * dh < pt:
+            kh0 += 1
+        while kh1 > kh0 and oh * sh + (kh1 - 1) * dh >= pt + H:
+            kh1 -= 1
+        if kh0 == kh1:      # every tap in padding: sum them all (zeros)
+            kh0, kh1 = 0, KH
+        s0 = kh0 * KW
+        _tiles(xp, min(MR, OW - ow0), nr, x0 + (n * sn + oh * sh * sr + ow0 * sw * Ce) * ex,
+               lda, o0 + s0 * 8, (kh1 - kh0) * KW, kp, b0 + (j * nseg + s0) * kp * nr * 4,
+               c0 + ((nh * OW + ow0) * ldc + j * nr) * ec, ldc, O - j * nr, z0 + j * nr * 4, relu)
 
 
 _CONV = (njit(cache=True, nogil=True)(_conv), jit.parallel(_conv))
@@ -386,13 +476,18 @@ def _pad_copy(x, xp, pt, pl):
     _PAD[1 if xp.size >= 1 << 17 else 0](x, xp, pt, pl)
 
 
+def _even(c, dtype):
+    """Channels as stored for the product: bfloat16 pairs need an even count."""
+    return c + (c & 1) if dtype == np.uint16 else c
+
+
 def pack_filter(f):
-    """A [KH, KW, C, O] bfloat16 filter (bits) as packed panels (panel_width(O)), C padded to
-    even."""
+    """A [KH, KW, C, O] bfloat16 (bits) or float32 filter as packed panels (panel_width(O)),
+    bfloat16's C padded to even."""
     KH, KW, C, O = f.shape
-    Ce = C + (C & 1)
+    Ce = _even(C, f.dtype)
     if Ce != C:
-        fe = np.zeros((KH, KW, Ce, O), np.uint16)
+        fe = np.zeros((KH, KW, Ce, O), f.dtype)
         fe[:, :, :C] = f
         f = fe
     return pack_b(np.ascontiguousarray(f).reshape(KH * KW * Ce, O), panel_width(O))
@@ -400,15 +495,15 @@ def pack_filter(f):
 
 def conv2d(x, f, g, out, bias=None, relu=False):
     """out[N, OH, OW, O] = the NHWC convolution of x[N, H, W, C] with f[KH, KW, C, O], bfloat16
-    bits (uint16) in and out (out C-contiguous), geometry g (shape_fns.conv_ops.Window:
+    bits (uint16) or float32 in and out (out C-contiguous), geometry g (shape_fns.conv_ops.Window:
     strides, dilations, pads); padding is zeros, so the caller keeps non-finite filters with
     padding for another kernel (zeros times Inf)."""
     N, H, W, C = x.shape
     KH, KW, _, O = f.shape
-    Ce = C + (C & 1)
+    Ce = _even(C, x.dtype)
     Hp, Wp = H + g.pt + g.pb, W + g.pl + g.pr
     if Hp != H or Wp != W or Ce != C:
-        xp = scratch((N, Hp, Wp, Ce), np.uint16, "bf16_x")
+        xp = scratch((N, Hp, Wp, Ce), x.dtype, "bf16_x")
         _pad_copy(x, xp, g.pt, g.pl)
     else:
         xp = np.ascontiguousarray(x)
@@ -418,12 +513,20 @@ def conv2d(x, f, g, out, bias=None, relu=False):
     c = out.reshape(N * g.oh * g.ow, O)
     if c.shape[0]:
         _CONV[1 if c.shape[0] * KH * KW * Ce * O >= PARALLEL_MIN else 0](
-            xp, bp, offs, g.oh, g.ow, g.sh, g.sw, c, _bias(bias, bp), int(relu))
+            xp, bp, offs, KW, g.oh, g.ow, g.sh, g.sw, g.dh, g.pt, H, c, _bias(bias, bp),
+            int(relu))
 
 
 def _nonfinite(bits):
-    """Whether bfloat16 bits hold an Inf or NaN."""
+    """Whether bfloat16 bits (or float32 values) hold an Inf or NaN."""
+    if bits.dtype == np.float32:
+        return not np.isfinite(bits).all()
     return bool(((bits & np.uint16(0x7F80)) == np.uint16(0x7F80)).any())
+
+
+def _bits(a):
+    """bfloat16 as its bits (uint16); float32 as it is."""
+    return a if a.dtype == np.float32 else a.view(np.uint16)
 
 
 def conv_eligible(x_shape, f_shape, g, groups):
@@ -437,10 +540,10 @@ def conv2d_into(out, x, f, g, bias=None, relu=False):
     """out (bfloat16, NHWC) = the convolution (+ bias, Relu: one rounding, as stock's fused
     oneDNN convolution), or False (the caller's kernel runs it): a non-finite filter with
     padding (zeros times Inf: stock's oneDNN skips the padding)."""
-    xb, fb = x.view(np.uint16), f.view(np.uint16)
+    xb, fb = _bits(x), _bits(f)
     if (g.pt or g.pb or g.pl or g.pr) and _nonfinite(fb):
         return False
-    conv2d(xb, fb, g, out.view(np.uint16), bias=bias, relu=relu)
+    conv2d(xb, fb, g, _bits(out), bias=bias, relu=relu)
     return True
 
 
@@ -464,7 +567,7 @@ def backprop_input_into(dx, f, dy, g):
     cropping paddings, non-finite filters, few input channels: the caller's kernel runs it)."""
     KH, KW, C, O = f.shape
     N, H, W, _ = dx.shape
-    fb = f.view(np.uint16)
+    fb = _bits(f)
     if g.sh != 1 or g.sw != 1 or C < 16 or not dx.size or _nonfinite(fb):
         return False
     pt, pl = (KH - 1) * g.dh - g.pt, (KW - 1) * g.dw - g.pl
@@ -475,7 +578,7 @@ def backprop_input_into(dx, f, dy, g):
     g2 = Window()
     g2.kh, g2.kw, g2.sh, g2.sw, g2.dh, g2.dw, g2.oh, g2.ow = KH, KW, 1, 1, g.dh, g.dw, H, W
     g2.pt, g2.pb, g2.pl, g2.pr = pt, pb, pl, pr
-    conv2d(dy.view(np.uint16), turned, g2, dx.view(np.uint16))
+    conv2d(_bits(dy), turned, g2, _bits(dx))
     return True
 
 
@@ -503,10 +606,10 @@ def _filter_grad(xt, bp, offs, KH, KW, dh, dw, acc, seg_block):
             ci = (q - tap * cb) * MR
             kh = tap // KW
             kw = tap - kh * KW
-            pa = x0 + (ci * plane + kh * dh * Wp + kw * dw) * 2
+            pa = x0 + (ci * plane + kh * dh * Wp + kw * dw) * xt.itemsize
             pb = b0 + (j * nseg + s0) * kp * NR * 4
             pc = c0 + ((tap * C6 + ci) * ldc + j * NR) * 4
-            _A6(pa, plane, o0 + s0 * 8, ns, kp, pb, pc, ldc, 0, 0, 0)
+            _acc6(xt, pa, plane, o0 + s0 * 8, ns, kp, pb, pc, ldc)
 
 
 _FGRAD = (njit(cache=True, nogil=True)(_filter_grad), jit.parallel(_filter_grad))
@@ -552,23 +655,27 @@ def backprop_filter_into(df, x, dy, g):
     non-finite input: the caller's kernel runs it)."""
     KH, KW, C, O = df.shape
     N, H, W, _ = x.shape
-    if (g.sh != 1 or g.sw != 1 or g.ow & 1 or C < 8 or O < 48 or not df.size or not dy.size
-            or dy.shape != (N, g.oh, g.ow, O) or _nonfinite(x.view(np.uint16))):
+    xb, f32 = _bits(x), x.dtype == np.float32
+    if (g.sh != 1 or g.sw != 1 or (g.ow & 1 and not f32) or C < 8 or O < 48 or not df.size
+            or not dy.size or dy.shape != (N, g.oh, g.ow, O) or _nonfinite(xb)):
         return False
     Hp, Wp = H + g.pt + g.pb, W + g.pl + g.pr
     C6 = (C + MR - 1) // MR * MR
-    xt = scratch((C6, N, Hp, Wp), np.uint16, "bf16_x")
-    _CFIRST[1 if xt.size >= 1 << 17 else 0](x.view(np.uint16), xt, g.pt, g.pl)
-    bp = pack_b(np.ascontiguousarray(dy).view(np.uint16).reshape(-1, O))
+    xt = scratch((C6, N, Hp, Wp), xb.dtype, "bf16_x")
+    _CFIRST[1 if xt.size >= 1 << 17 else 0](xb, xt, g.pt, g.pl)
+    bp = pack_b(_bits(np.ascontiguousarray(dy)).reshape(-1, O))
     offs = (np.arange(N, dtype=np.int64)[:, None] * (Hp * Wp)
             + np.arange(g.oh, dtype=np.int64) * Wp).reshape(-1)
     n_pan = bp.shape[0]
     acc = scratch((KH * KW * C6, n_pan * NR), np.float32, "bf16_c")
     acc[...] = 0
-    kp = g.ow // 2
+    kp = g.ow if f32 else g.ow // 2
     _FGRAD[1](xt, bp, offs, KH, KW, g.dh, g.dw, acc, max(1, SEG_PAIRS // kp))
-    rows = acc.reshape(KH * KW, C6, n_pan * NR)[:, :C, :O].reshape(KH * KW * C, O)
-    narrow_into(df.reshape(KH * KW * C, O), np.ascontiguousarray(rows))
+    rows = acc.reshape(KH * KW, C6, n_pan * NR)[:, :C, :O]
+    if f32:
+        df[...] = rows.reshape(KH, KW, C, O)
+    else:
+        narrow_into(df.reshape(KH * KW * C, O), np.ascontiguousarray(rows).reshape(-1, O))
     return True
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from numba import get_num_threads, get_thread_id, njit, prange
 
 from kernels import kernel
-from kernels.cpu import gemm, jit, winograd
+from kernels.cpu import bf16_gemm, gemm, jit, winograd
 from kernels.cpu.gemm import _NO_TRANS, _ROW_MAJOR, _TRANS, _dgemm, _sgemm
 from kernels.cpu.scratch import scratch
 from shape_fns.host import onednn_runs
@@ -235,6 +235,15 @@ def _check_padded(a, g, first):
             raise Unsupported("nonfinite_with_padding")
 
 
+DIRECT_MIN_PIXELS = 256   # output pixels below which packing the filter per call costs too much
+
+
+def _direct(x):
+    """Whether bf16_gemm's float32 tiles run this convolution's kind: float32 on AVX-512F
+    (the sums in oneDNN's order: taps, then channels, one FMA each)."""
+    return x.dtype == np.float32 and bf16_gemm.runs_f32()
+
+
 def conv_nhwc(x, f, out, g, filter_is_variable=False):
     N, H, W, C = x.shape
     KH, KW, _, CO = f.shape
@@ -246,8 +255,13 @@ def conv_nhwc(x, f, out, g, filter_is_variable=False):
         xs = x if g.sh == g.sw == 1 else np.ascontiguousarray(x[:, ::g.sh, ::g.sw])
         gemm.matmul(xs.reshape(-1, C), w2, o2, filter_is_variable)
         return
-    if (winograd.applies(x, f, g)
-            and winograd.conv3x3(x, f, out, g, filter_is_variable)):
+    wino = winograd.applies(x, f, g)
+    if (_direct(x) and out.flags.c_contiguous and out.shape[0] * OH * OW >= DIRECT_MIN_PIXELS
+            and not (wino and filter_is_variable)
+            and bf16_gemm.conv_eligible(x.shape, f.shape, g, 1)
+            and bf16_gemm.conv2d_into(out, x, f, g)):
+        return   # FMA tiles over the taps (unless Winograd's filter transform is kept)
+    if wino and winograd.conv3x3(x, f, out, g, filter_is_variable):
         return   # (a non-finite result is recomputed below, the direct way)
     step = max(1, COLS_CHUNK_BYTES // (OW * K * x.itemsize))   # image rows per chunk
     Q = N * OH
@@ -287,6 +301,8 @@ def backprop_input_nhwc(f, dy, dx, g):
     N, H, W, C = dx.shape
     KH, KW, _, CO = f.shape
     OH, OW = dy.shape[1], dy.shape[2]
+    if _direct(dx) and dx.flags.c_contiguous and bf16_gemm.backprop_input_into(dx, f, dy, g):
+        return
     if _backprop_input_winograd(f, dy, dx, g):
         return
     K = KH * KW * C
@@ -353,6 +369,8 @@ def backprop_filter_nhwc(x, dy, df, g):
         part = scratch((N, KH, KW, C, CO), np.float32, "few")
         _FEW[1 if N > 1 else 0](x, dy, part, KH, KW, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl)
         np.sum(part, axis=0, out=df)
+        return
+    if not _pointwise(g) and _direct(x) and bf16_gemm.backprop_filter_into(df, x, dy, g):
         return
     df2 = df.reshape(K, CO)
     dy2 = dy.reshape(N * OH * OW, CO)
