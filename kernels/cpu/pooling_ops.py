@@ -214,6 +214,51 @@ def _max_pool_grad(x, dy, dx, KH, KW, sh, sw, pt, pl):
                         dxn[a // W, a % W, c] += g[c]
 
 
+def _max_pool_grad_2x2(x, dy, dx, zero):
+    """_max_pool_grad for 2x2 windows at stride 2 inside the image: the window's first maximum
+    found in registers (window order, NaN never taken), its four pixels written at once,
+    vectorised over channels; pixels beyond the last window (odd sides) get 0 (zero: 0 of
+    dx's dtype)."""
+    H, W, C = x.shape[1], x.shape[2], x.shape[3]
+    OH, OW = dy.shape[1], dy.shape[2]
+    for q in prange(dy.shape[0] * OH):
+        n = q // OH
+        oh = q - n * OH
+        r0, r1 = x[n, 2 * oh], x[n, 2 * oh + 1]
+        d0, d1 = dx[n, 2 * oh], dx[n, 2 * oh + 1]
+        g = dy[n, oh]
+        for ow in range(OW):
+            a, b = r0[2 * ow], r0[2 * ow + 1]
+            c, d = r1[2 * ow], r1[2 * ow + 1]
+            da, db = d0[2 * ow], d0[2 * ow + 1]
+            dc, dd = d1[2 * ow], d1[2 * ow + 1]
+            gw = g[ow]
+            for k in range(C):
+                m1 = a[k]
+                vb, vc, vd = b[k], c[k], d[k]
+                t1 = m1 < vb
+                m2 = vb if t1 else m1
+                t2 = m2 < vc
+                m3 = vc if t2 else m2
+                t3 = m3 < vd      # the last strictly greater value wins
+                t2 = t2 & (not t3)     # (bitwise: no branches)
+                t1 = t1 & (not (t2 | t3))
+                gk = gw[k]
+                da[k] = zero if (t1 | t2 | t3) else gk
+                db[k] = gk if t1 else zero
+                dc[k] = gk if t2 else zero
+                dd[k] = gk if t3 else zero
+        for w in range(2 * OW, W):
+            for k in range(C):
+                d0[w, k] = 0
+                d1[w, k] = 0
+        if oh == OH - 1:
+            for h in range(2 * OH, H):
+                for w in range(W):
+                    for k in range(C):
+                        dx[n, h, w, k] = 0
+
+
 def _max_pool_grad_bits(x, dy, dx, KH, KW, sh, sw, pt, pl, bf):
     """_max_pool_grad of non-overlapping windows on float16 (bf False) or bfloat16 (bf True)
     bit patterns: x compared widened in registers, each pixel's gradient dy's own bits or +0
@@ -294,9 +339,10 @@ def _pair(fn):
             jit.parallel(fn, error_model="numpy"))
 
 
-_MAX, _AVG, _MAXG, _AVGG, _MAXB, _MAXGB, _MAXB2, _MAX2 = (
+_MAX, _AVG, _MAXG, _AVGG, _MAXB, _MAXGB, _MAXB2, _MAX2, _MAXG2 = (
     _pair(f) for f in (_max_pool, _avg_pool, _max_pool_grad, _avg_pool_grad, _max_pool_bits,
-                       _max_pool_grad_bits, _max_pool_bits_2x2, _max_pool_2x2))
+                       _max_pool_grad_bits, _max_pool_bits_2x2, _max_pool_2x2,
+                       _max_pool_grad_2x2))
 max_pool_s, avg_pool_s = _MAX[0], _AVG[0]   # by name: compiled regions (loops.py) call them
 # float16 / bfloat16 max pools on bit patterns: dtype name -> (the dtype's lowest bits, bf)
 _MAX_HALF = {"float16": (np.uint16(0xFBFF), False), "bfloat16": (np.uint16(0xFF7F), True)}
@@ -309,6 +355,12 @@ def _pick(pair, work):
 
 def _args(g):
     return g.kh, g.kw, g.sh, g.sw, g.pt, g.pl
+
+
+def _pairs(g, x_shape, out_shape):
+    """2x2 windows at stride 2, all inside the image (the common pool's fast paths)."""
+    return (g.kh == g.kw == g.sh == g.sw == 2 and not g.pt and not g.pl
+            and 2 * out_shape[1] <= x_shape[1] and 2 * out_shape[2] <= x_shape[2])
 
 
 def _window(x_shape, attrs, op, dtype):
@@ -332,8 +384,7 @@ def max_pool(inputs, outputs, attrs):
     if out.size == 0:
         return
     half = _MAX_HALF.get(x.dtype.name)
-    pairs = (fmt == "NHWC" and g.kh == g.kw == g.sh == g.sw == 2 and not g.pt and not g.pl
-             and 2 * out.shape[1] <= x.shape[1] and 2 * out.shape[2] <= x.shape[2])
+    pairs = fmt == "NHWC" and _pairs(g, x.shape, out.shape)
     if half is None:
         pool, extra = _MAX, (x.dtype.type(np.finfo(x.dtype).min),)
         if pairs:
@@ -374,6 +425,10 @@ def max_pool_grad(inputs, outputs, attrs):
         return
     if dy.size == 0:
         dx[...] = 0
+        return
+    if (fmt == "NHWC" and _pairs(g, x.shape, dy.shape) and dy.shape[0] == x.shape[0]
+            and dy.shape[3] == x.shape[3]):
+        _pick(_MAXG2, dy.size * 4)(x, dy, dx, dx.dtype.type(0))
         return
     maxg = _MAXG[1] if x.shape[0] > 1 and dy.size * g.kh * g.kw >= PARALLEL_MIN else _MAXG[0]
     maxg(x, dy, dx, *_args(g))
