@@ -45,7 +45,7 @@ class _BFloat(ir.Type):
         return hash("bfloat")
 
 
-def _tile(mr, accumulate=False, nv=4, f32=False):
+def _tile(mr, accumulate=False, nv=4, f32=False, strided=False):
     """An intrinsic computing C[0:mr, 0:min(64, ncols)] = sum over segments s of
     A_s[0:mr, 0:2kp] @ the panel's rows for s, accumulated in float32, + bias, Relu where relu
     is set, stored rounded to bfloat16: tile(a_addr, lda, offs_addr, nseg, kp, b_addr, c_addr,
@@ -58,6 +58,8 @@ def _tile(mr, accumulate=False, nv=4, f32=False):
     reduction cut into blocks. nv: 16-column registers a row (4: panels of 64 columns, 2: of
     32, for products with few columns). f32: A, the panels and C are float32 (a panel row: 64
     float32 values, A read one value a step, FMA), the same segments and epilogue, no rounding.
+    strided (float32, accumulate): A's values of a row are `relu` elements apart (A[r, p] at
+    r * lda + p * relu), not adjacent.
     """
 
     @intrinsic
@@ -127,7 +129,8 @@ def _tile(mr, accumulate=False, nv=4, f32=False):
             for r in range(mr):
                 if f32:     # A's value of the row, broadcast; acc + a * b, one rounding (FMA)
                     av = builder.load(builder.gep(a_s, [builder.add(
-                        builder.mul(k64(r), lda_v), p)]), align=4)
+                        builder.mul(k64(r), lda_v),
+                        builder.mul(p, relu_v) if strided else p)]), align=4)
                     sb = builder.shuffle_vector(
                         builder.insert_element(ir.Constant(vf, None), av,
                                                ir.Constant(i32, 0)), ir.Constant(vf, None), mask)
@@ -613,6 +616,108 @@ def _filter_grad(xt, bp, offs, KH, KW, dh, dw, acc, seg_block):
 
 
 _FGRAD = (njit(cache=True, nogil=True)(_filter_grad), jit.parallel(_filter_grad))
+# accumulating float32 tiles with A's values `step` apart: 1..MR rows, 64- and 32-column panels
+_S1, _S2, _S3, _S4, _S5, _S6 = (_tile(m, accumulate=True, f32=True, strided=True)
+                                for m in range(1, MR + 1))
+_M1, _M2, _M3, _M4, _M5, _M6 = (_tile(m, accumulate=True, nv=2, f32=True, strided=True)
+                                for m in range(1, MR + 1))
+
+
+@njit(inline="always")
+def _strided_tile(mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, step):
+    """The accumulating float32 tile of mr rows (1..MR) with A's values `step` apart."""
+    if nr == NR:
+        if mr == 6:
+            _S6(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
+        elif mr == 5:
+            _S5(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
+        elif mr == 4:
+            _S4(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
+        elif mr == 3:
+            _S3(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
+        elif mr == 2:
+            _S2(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
+        else:
+            _S1(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
+    elif mr == 6:
+        _M6(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
+    elif mr == 5:
+        _M5(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
+    elif mr == 4:
+        _M4(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
+    elif mr == 3:
+        _M3(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
+    elif mr == 2:
+        _M2(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
+    else:
+        _M1(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
+
+
+def _filter_grad_few(xp, bp, offs, KH, dh, parts, seg_block):
+    """parts[b, (kh, kw, c), O] = the filter gradient over segment block b of a convolution
+    with few input channels (float32, unit stride and width dilation): a tile's rows are the
+    (kw, c) pairs of one filter row, adjacent in the padded NHWC input xp (lda 1, A's step C
+    a pixel); a segment is an output row (its input row's offset at offs), its OW pixels a
+    reduction over dy's rows in the panels bp. Blocks of seg_block segments (fixed by the
+    shapes) are summed apart and added in order by the caller."""
+    Wp, C = xp.shape[2], xp.shape[3]
+    R = parts.shape[1] // KH
+    n_pan, nr = bp.shape[0], bp.shape[2]
+    nseg = offs.shape[0]
+    kp = bp.shape[1] // nseg
+    nb = parts.shape[0]
+    rt = (R + MR - 1) // MR
+    ldc = parts.strides[1] // 4
+    x0, b0, c0, o0 = xp.ctypes.data, bp.ctypes.data, parts.ctypes.data, offs.ctypes.data
+    for t in prange(nb * KH * rt * n_pan):
+        b = t // (KH * rt * n_pan)
+        q = t - b * (KH * rt * n_pan)
+        kh = q // (rt * n_pan)
+        q -= kh * (rt * n_pan)
+        r0 = (q // n_pan) * MR
+        j = q - (q // n_pan) * n_pan
+        s0 = b * seg_block
+        ns = min(seg_block, nseg - s0)
+        _strided_tile(min(MR, R - r0), nr, x0 + (kh * dh * Wp * C + r0) * 4, 1, o0 + s0 * 8,
+                      ns, kp, b0 + (j * bp.shape[1] + s0 * kp) * nr * 4,
+                      c0 + ((b * parts.shape[1] + kh * R + r0) * ldc + j * nr) * 4, ldc, C)
+
+
+_FGRAD_FEW = (njit(cache=True, nogil=True)(_filter_grad_few),
+              jit.parallel(_filter_grad_few))
+FEW_SEGMENTS = 256   # output rows a block of the few-channel filter gradient sums
+
+
+def backprop_filter_few_into(df, x, dy, g):
+    """df (float32 [KH, KW, C, O]) = Conv2DBackpropFilter of a first layer (few input channels:
+    KW * C rows, at most 4 tiles) with unit strides and width dilation; False where it
+    does not apply (the caller's kernel runs it). Zero padding is a padded copy of x: a
+    non-finite dy would meet it (zeros times Inf), so only finite dy with padding."""
+    KH, KW, C, O = df.shape
+    N, H, W, _ = x.shape
+    if (x.dtype != np.float32 or g.sh != 1 or g.sw != 1 or g.dw != 1 or KW * C > 4 * MR
+            or O < 16 or not df.size or not dy.size or dy.shape != (N, g.oh, g.ow, O)):
+        return False
+    padded = g.pt or g.pb or g.pl or g.pr
+    if padded and _nonfinite(dy):
+        return False
+    Hp, Wp = H + g.pt + g.pb, W + g.pl + g.pr
+    if padded:
+        xp = scratch((N, Hp, Wp, C), np.float32, "bf16_x")
+        _pad_copy(x, xp, g.pt, g.pl)
+    else:
+        xp = np.ascontiguousarray(x)
+    dy2 = np.ascontiguousarray(dy).reshape(-1, O)
+    nr = panel_width(O)
+    bp = dy2.reshape(1, -1, O) if O == nr else pack_b(dy2, nr)
+    offs = ((np.arange(N, dtype=np.int64)[:, None] * Hp
+             + np.arange(g.oh, dtype=np.int64)) * (Wp * C)).reshape(-1)
+    nb = (offs.shape[0] + FEW_SEGMENTS - 1) // FEW_SEGMENTS
+    parts = scratch((nb, KH * KW * C, bp.shape[0] * nr), np.float32, "bf16_c")
+    parts[...] = 0
+    _FGRAD_FEW[1 if nb > 1 else 0](xp, bp, offs, KH, g.dh, parts, FEW_SEGMENTS)
+    df[...] = parts.sum(axis=0)[:, :O].reshape(KH, KW, C, O)
+    return True
 
 
 def _channels_first(x, xt, pt, pl):
@@ -648,16 +753,18 @@ _CFIRST = (njit(cache=True, nogil=True)(_channels_first), jit.parallel(_channels
 
 
 def backprop_filter_into(df, x, dy, g):
-    """df (bfloat16 [KH, KW, C, O]) = Conv2DBackpropFilter of a unit-stride convolution with
-    geometry g, reduced over pixels in pairs of neighbouring output columns: the input channels
-    first (zero-padded, a multiple of MR), dy packed as the panels, float32 sums rounded once at
-    the end; False where it does not apply (strides, an odd output width, few channels,
-    non-finite input: the caller's kernel runs it)."""
+    """df (bfloat16 or float32 [KH, KW, C, O]) = Conv2DBackpropFilter of a unit-stride
+    convolution with geometry g, reduced over pixels (bfloat16: in pairs of neighbouring output
+    columns): the input channels first (zero-padded, a multiple of MR), dy packed as the
+    panels, float32 sums (bfloat16: rounded once at the end); False where it does not apply
+    (strides, an odd output width in bfloat16, few channels, non-finite bfloat16 input: the
+    caller's kernel runs it). With padding, a non-finite dy meets the padding's zeros: the
+    caller checks the result (conv_ops._check_padded)."""
     KH, KW, C, O = df.shape
     N, H, W, _ = x.shape
     xb, f32 = _bits(x), x.dtype == np.float32
     if (g.sh != 1 or g.sw != 1 or (g.ow & 1 and not f32) or C < 8 or O < 48 or not df.size
-            or not dy.size or dy.shape != (N, g.oh, g.ow, O) or _nonfinite(xb)):
+            or not dy.size or dy.shape != (N, g.oh, g.ow, O) or (not f32 and _nonfinite(xb))):
         return False
     Hp, Wp = H + g.pt + g.pb, W + g.pl + g.pr
     C6 = (C + MR - 1) // MR * MR

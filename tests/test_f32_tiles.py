@@ -1,0 +1,153 @@
+"""float32 convolutions on the segment tiles (kernels/cpu/bf16_gemm.py's FMA form, AVX-512F),
+through the Conv2D/Conv2DBackpropInput/Conv2DBackpropFilter kernels (conv_ops.py), against
+stock TensorFlow: values within float32 summation-order differences, the same NaN/Inf
+positions, non-finite operands that meet zero padding left to another kernel, and the bits
+independent of the thread count."""
+import numba
+import numpy as np
+import pytest
+
+from kernels.cpu import bf16_gemm, conv_ops
+from shape_fns import Unsupported
+from shape_fns.host import cpu_flags
+
+pytestmark = pytest.mark.skipif(
+    "avx512f" not in cpu_flags(),
+    reason="this CPU has no AVX-512F: float32 convolutions run as im2col + BLAS here")
+
+
+def _attrs(stride, pad, dil=1):
+    return {"strides": [1, stride, stride, 1], "padding": pad, "data_format": "NHWC",
+            "dilations": [1, dil, dil, 1], "explicit_paddings": []}
+
+
+def _close(out, ref, k):
+    """Within float32 rounding of a k-term sum (the order differs from oneDNN's)."""
+    nan = np.isnan(ref)
+    assert (np.isnan(out) == nan).all()
+    fin = np.isfinite(ref)
+    assert (out[~fin & ~nan] == ref[~fin & ~nan]).all()
+    scale = np.abs(ref[fin]).max() if fin.any() else 1.0
+    assert np.abs(out[fin] - ref[fin]).max() <= 4e-7 * k * scale
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Counts the calls into bf16_gemm that ran (returned True)."""
+    ran = []
+    for name in ("conv2d_into", "backprop_input_into", "backprop_filter_into",
+                 "backprop_filter_few_into"):
+        real = getattr(bf16_gemm, name)
+
+        def wrap(*a, _real=real, _name=name, **k):
+            ok = _real(*a, **k)
+            if ok:
+                ran.append(_name)
+            return ok
+        monkeypatch.setattr(bf16_gemm, name, wrap)
+    return ran
+
+
+def test_the_tiles_run_here():
+    assert bf16_gemm.runs_f32()
+
+
+@pytest.mark.parametrize("xs,fs,stride,pad,dil", [
+    ((128, 13, 13, 32), (3, 3, 32, 64), 1, "VALID", 1),   # the MNIST CNN's second layer
+    ((128, 28, 28, 1), (3, 3, 1, 32), 1, "VALID", 1),     # its first
+    ((16, 30, 30, 24), (3, 3, 24, 70), 1, "SAME", 1),     # a partial second panel
+    ((4, 33, 31, 8), (5, 5, 8, 16), 2, "SAME", 1),        # strided, 32-column panels
+    ((4, 24, 24, 6), (3, 3, 6, 20), 1, "SAME", 2),        # dilated
+])
+def test_convolution(tf, spy, xs, fs, stride, pad, dil):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(xs).astype(np.float32)
+    f = rng.standard_normal(fs).astype(np.float32)
+    x.reshape(-1)[:4] = [np.inf, np.nan, 1e-40, -0.0]
+    ref = tf.nn.conv2d(x, f, stride, pad, dilations=dil).numpy()
+    out = np.full(ref.shape, np.nan, np.float32)
+    conv_ops.conv2d([x, f], [out], _attrs(stride, pad, dil))
+    assert spy == ["conv2d_into"]
+    _close(out, ref, fs[0] * fs[1] * fs[2])
+
+
+def test_nonfinite_filter_with_padding_goes_to_another_kernel(tf, spy):
+    x = np.ones((4, 16, 16, 8), np.float32)
+    f = np.ones((3, 3, 8, 16), np.float32)
+    f[0, 0, 0, 0] = np.inf
+    ref = tf.nn.conv2d(x, f, 1, "SAME").numpy()
+    out = np.empty(ref.shape, np.float32)
+    try:
+        conv_ops.conv2d([x, f], [out], _attrs(1, "SAME"))
+    except Unsupported:
+        return      # handed back to TensorFlow, which skips the padding
+    assert spy == []
+    np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("xs,fs,pad,dil", [
+    ((128, 13, 13, 32), (3, 3, 32, 64), "VALID", 1),
+    ((8, 20, 18, 16), (3, 3, 16, 40), "SAME", 1),
+    ((4, 20, 20, 24), (3, 3, 24, 16), "SAME", 2),
+])
+def test_backprop_input(tf, spy, xs, fs, pad, dil):
+    rng = np.random.default_rng(1)
+    f = rng.standard_normal(fs).astype(np.float32)
+    y = tf.nn.conv2d(np.zeros(xs, np.float32), f, 1, pad, dilations=dil)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    dy.reshape(-1)[:2] = [np.inf, np.nan]
+    ref = tf.raw_ops.Conv2DBackpropInput(input_sizes=xs, filter=f, out_backprop=dy,
+                                         strides=[1, 1, 1, 1], padding=pad,
+                                         dilations=[1, dil, dil, 1]).numpy()
+    dx = np.full(xs, np.nan, np.float32)
+    conv_ops.conv2d_backprop_input([np.array(xs, np.int32), f, dy], [dx], _attrs(1, pad, dil))
+    assert spy == ["backprop_input_into"]
+    _close(dx, ref, fs[0] * fs[1] * fs[3])
+
+
+@pytest.mark.parametrize("xs,fs,pad,which", [
+    ((128, 13, 13, 32), (3, 3, 32, 64), "VALID", "backprop_filter_into"),
+    ((6, 15, 17, 20), (3, 3, 20, 70), "SAME", "backprop_filter_into"),    # odd output width
+    ((128, 28, 28, 1), (3, 3, 1, 32), "VALID", "backprop_filter_few_into"),
+    ((16, 32, 32, 3), (3, 3, 3, 64), "SAME", "backprop_filter_few_into"),
+    ((8, 30, 30, 3), (5, 5, 3, 24), "VALID", "backprop_filter_few_into"),  # 15 rows: 3 tiles
+])
+def test_backprop_filter(tf, spy, xs, fs, pad, which):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(xs).astype(np.float32)
+    y = tf.nn.conv2d(x, np.zeros(fs, np.float32), 1, pad)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    ref = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=fs, out_backprop=dy,
+                                          strides=[1, 1, 1, 1], padding=pad).numpy()
+    attrs = _attrs(1, pad)
+    df = np.full(fs, np.nan, np.float32)
+    conv_ops.conv2d_backprop_filter([x, np.array(fs, np.int32), dy], [df], attrs)
+    assert spy == [which]
+    _close(df, ref, xs[0] * y.shape[1] * y.shape[2])
+    # the order of the sums is fixed by the shapes: one thread gives the same bits
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        df1 = np.empty(fs, np.float32)
+        conv_ops.conv2d_backprop_filter([x, np.array(fs, np.int32), dy], [df1], attrs)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(df1, df)
+
+
+@pytest.mark.parametrize("xs,fs", [((128, 28, 28, 1), (3, 3, 1, 32)),
+                                   ((6, 15, 17, 20), (3, 3, 20, 70))])
+def test_backprop_filter_nonfinite_dy_with_padding_goes_to_another_kernel(tf, xs, fs):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(xs).astype(np.float32)
+    dy = rng.standard_normal(xs[:3] + fs[3:]).astype(np.float32)
+    dy[0, 0, 0, 0] = np.inf
+    ref = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=fs, out_backprop=dy,
+                                          strides=[1, 1, 1, 1], padding="SAME").numpy()
+    df = np.empty(fs, np.float32)
+    try:
+        conv_ops.conv2d_backprop_filter([x, np.array(fs, np.int32), dy], [df], _attrs(1, "SAME"))
+    except Unsupported:
+        return
+    nan = np.isnan(ref)
+    assert (np.isnan(df) == nan).all()
