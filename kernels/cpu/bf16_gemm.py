@@ -770,14 +770,15 @@ def backprop_filter_into(df, x, dy, g):
     C6 = (C + MR - 1) // MR * MR
     xt = scratch((C6, N, Hp, Wp), xb.dtype, "bf16_x")
     _CFIRST[1 if xt.size >= 1 << 17 else 0](xb, xt, g.pt, g.pl)
-    bp = pack_b(_bits(np.ascontiguousarray(dy)).reshape(-1, O))
+    dy2 = _bits(np.ascontiguousarray(dy)).reshape(-1, O)
+    bp = dy2.reshape(1, -1, O) if f32 and O == NR else pack_b(dy2)   # (dy is its one panel)
     offs = (np.arange(N, dtype=np.int64)[:, None] * (Hp * Wp)
             + np.arange(g.oh, dtype=np.int64) * Wp).reshape(-1)
     n_pan = bp.shape[0]
     acc = scratch((KH * KW * C6, n_pan * NR), np.float32, "bf16_c")
     acc[...] = 0
     kp = g.ow if f32 else g.ow // 2
-    _FGRAD[1](xt, bp, offs, KH, KW, g.dh, g.dw, acc, max(1, SEG_PAIRS // kp))
+    _FGRAD[1](xt, bp, offs, KH, KW, g.dh, g.dw, acc, max(1, (SEG_ROWS if f32 else SEG_PAIRS) // kp))
     rows = acc.reshape(KH * KW, C6, n_pan * NR)[:, :C, :O]
     if f32:
         df[...] = rows.reshape(KH, KW, C, O)
@@ -787,3 +788,4 @@ def backprop_filter_into(df, x, dy, g):
 
 
 SEG_PAIRS = 1024   # panel rows (1024 x 256 bytes a panel) per block of the filter gradient
+SEG_ROWS = 2048    # float32: 512 KiB of a panel per block (fewer parallel regions a call)
