@@ -151,3 +151,44 @@ def test_backprop_filter_nonfinite_dy_with_padding_goes_to_another_kernel(tf, xs
         return
     nan = np.isnan(ref)
     assert (np.isnan(df) == nan).all()
+
+
+@pytest.mark.parametrize("keras_style", [False, True])
+def test_conv_bias_relu_in_the_tiles_registers(tf, monkeypatch, keras_style):
+    """A float32 Conv2D + bias + Relu in a tf.function runs as one pass on the tiles (epilogue
+    pass: the device's fused_products): the unfused program's bits, stock's values; a
+    non-finite filter with padding takes the ops in turn (ledgered handback of the Conv2D)."""
+    import tf_backend
+    from tf_backend import functions
+    rng = np.random.default_rng(4)
+    x = tf.constant(rng.standard_normal((16, 20, 20, 8)).astype(np.float32))
+    b = tf.constant(rng.standard_normal(24).astype(np.float32))
+
+    def f(x, w):
+        y = tf.nn.conv2d(x, w, 1, "SAME")
+        y = y + tf.reshape(b, (1, 1, 1, 24)) if keras_style else tf.nn.bias_add(y, b)
+        return tf.nn.relu(y)
+
+    calls = []
+    real = conv_ops.conv_bias_relu
+    monkeypatch.setattr(conv_ops, "conv_bias_relu",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    w = rng.standard_normal((3, 3, 8, 24)).astype(np.float32)
+    bad = w.copy()
+    bad[0, 0, 0, 0] = np.inf
+    fn = tf.function(f)
+    ref = [np.asarray(fn(x, tf.constant(v))) for v in (w, bad)]
+    functions.clear_cache()
+    try:
+        with tf_backend.enabled():
+            ours = [np.asarray(fn(x, tf.constant(v))) for v in (w, bad)]
+        monkeypatch.setenv("TF_BACKEND_DISABLE_PASSES", "epilogue")
+        functions.clear_cache()
+        with tf_backend.enabled():
+            plain = np.asarray(fn(x, tf.constant(w)))
+    finally:
+        functions.clear_cache()
+    assert len(calls) == 2     # tried both calls; the second declined
+    np.testing.assert_array_equal(ours[0], plain)
+    _close(ours[0], ref[0], 72)
+    np.testing.assert_array_equal(ours[1], ref[1])

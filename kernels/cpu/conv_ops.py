@@ -248,6 +248,27 @@ def _direct(x):
     return x.dtype == np.float32 and bf16_gemm.runs_f32()
 
 
+def _tiles_apply(x, f, out, g):
+    """Whether the float32 tiles can run this NHWC convolution (a 1x1 one is a BLAS product)."""
+    return (_direct(x) and not _pointwise(g) and out.flags.c_contiguous
+            and out.shape[0] * out.shape[1] * out.shape[2] >= DIRECT_MIN_PIXELS
+            and bf16_gemm.conv_eligible(x.shape, f.shape, g, 1))
+
+
+def _winograd_first(x, f, g, tiles, filter_is_variable):
+    return (winograd.applies(x, f, g)
+            and (not tiles or filter_is_variable or x.nbytes <= WINOGRAD_OVER_DIRECT_BYTES))
+
+
+def conv_bias_relu(x, f, bias, out, g, filter_is_variable=False):
+    """out = Relu(the convolution + bias) in one pass, the epilogue applied in the tiles'
+    registers (the same float32 values as the three ops in turn); False where conv_nhwc would
+    take another path (the caller runs the ops in turn)."""
+    tiles = _tiles_apply(x, f, out, g)
+    return (tiles and not _winograd_first(x, f, g, tiles, filter_is_variable)
+            and bf16_gemm.conv2d_into(out, x, f, g, bias=bias, relu=True))
+
+
 def conv_nhwc(x, f, out, g, filter_is_variable=False):
     N, H, W, C = x.shape
     KH, KW, _, CO = f.shape
@@ -259,10 +280,8 @@ def conv_nhwc(x, f, out, g, filter_is_variable=False):
         xs = x if g.sh == g.sw == 1 else np.ascontiguousarray(x[:, ::g.sh, ::g.sw])
         gemm.matmul(xs.reshape(-1, C), w2, o2, filter_is_variable)
         return
-    tiles = (_direct(x) and out.flags.c_contiguous and out.shape[0] * OH * OW >= DIRECT_MIN_PIXELS
-             and bf16_gemm.conv_eligible(x.shape, f.shape, g, 1))
-    if (winograd.applies(x, f, g)
-            and (not tiles or filter_is_variable or x.nbytes <= WINOGRAD_OVER_DIRECT_BYTES)
+    tiles = _tiles_apply(x, f, out, g)
+    if (_winograd_first(x, f, g, tiles, filter_is_variable)
             and winograd.conv3x3(x, f, out, g, filter_is_variable)):
         return   # (a non-finite result is recomputed below, the direct way)
     if tiles and bf16_gemm.conv2d_into(out, x, f, g):

@@ -11,7 +11,7 @@ measures the differences against stock and states the tolerance where they are n
 import numpy as np
 
 from kernels import KERNELS, kernel
-from kernels.cpu import bf16_gemm, pooling_ops
+from kernels.cpu import bf16_gemm, conv_ops, pooling_ops
 from kernels.cpu.half_bits import narrow_into, widen
 from kernels.cpu.scratch import scratch
 from shape_fns.errors import InvalidArgumentError
@@ -87,7 +87,11 @@ def _bf16_backprop_filter(inputs, df, attrs):
 def bias_relu_product(op, attrs, inputs, bias, out):
     """out = Relu(op(inputs) + bias) for a bfloat16 Conv2D or MatMul on the CPU's bfloat16 dot
     products, added and clipped in float32 before the one rounding (stock's fused oneDNN
-    convolution); None where that kernel does not run it (the caller runs the ops in turn)."""
+    convolution), or a float32 NHWC Conv2D on the float32 tiles (conv_ops.conv_bias_relu: one
+    pass instead of three); None where that kernel does not run it (the caller runs the ops in
+    turn)."""
+    if out.dtype == np.float32 and op == "Conv2D":
+        return _f32_conv_bias_relu(inputs, bias, out, attrs)
     if out.dtype.name != "bfloat16" or not bf16_gemm.runs():
         return None
     if op == "MatMul":
@@ -103,6 +107,23 @@ def bias_relu_product(op, attrs, inputs, bias, out):
             or not _bf16_conv(inputs, out, attrs, bias=bias, relu=True):
         return None
     return out
+
+
+def _f32_conv_bias_relu(inputs, bias, out, attrs):
+    x, f = inputs
+    if (attrs.get("data_format", "NHWC") != "NHWC" or x.ndim != 4 or f.ndim != 4
+            or x.dtype != np.float32 or f.dtype != np.float32 or bias.dtype != np.float32
+            or bias.shape != (f.shape[3],) or not conv_ops._direct(x)):
+        return None
+    try:
+        g, _, groups = conv_geometry(x.shape, f.shape, attrs, "Conv2D", out.dtype)
+    except Exception:  # noqa: BLE001 - the Conv2D kernel raises stock's error
+        return None
+    if groups != 1 or out.shape != (x.shape[0], g.oh, g.ow, f.shape[3]):
+        return None
+    with np.errstate(all="ignore"):
+        ok = conv_ops.conv_bias_relu(x, f, bias, out, g, attrs.get("_filter_is_variable", False))
+    return out if ok else None
 
 
 # kernels that run some half-precision cases without widening: op -> fn(inputs, out, attrs),

@@ -107,7 +107,7 @@ class Device:
         splits), "loops" (compiled loops and regions: build, build_region, region_source,
         compile_elsewhere), "blas" (thread holds of BLAS-backed kernels: single_thread_enter/
         exit; choice_stats), "weight_cache" (weight forms kept between calls: stats, clear),
-        "compiles" (kernel compiles in the background), "half_products" (bias_relu_product:
+        "compiles" (kernel compiles in the background), "fused_products" (bias_relu_product:
         a half-precision product with its bias and Relu before one rounding)."""
         return None
 

@@ -38,11 +38,14 @@ def run(prog):
     if not replace:
         return prog
     relus = _half_relus(prog, replace, consumers)
+    fused = sum(_f32_bias_relu(prog, e) for e in replace.values())
     prog.nodes = [replace.get(id(n), n) for n in prog.nodes
                   if id(n) not in merged and id(n) not in relus]
     prog.fusions += len(replace) + len(relus)
     prog.notes.append(f"epilogue: {len(replace)} GEMM/conv nodes fused with their epilogue"
-                      + (f", {len(relus)} bfloat16 ones with their Relu" if relus else ""))
+                      + (f", {len(relus)} bfloat16 ones with their Relu" if relus else "")
+                      + (f", {fused} float32 bias+Relu ones tried in the product's kernel"
+                         if fused else ""))
     return prog
 
 
@@ -75,6 +78,51 @@ def _half_relus(prog, replace, consumers):
     return absorbed
 
 
+def _f32_bias_relu(prog, e):
+    """A float32 Conv2D whose fused epilogue is exactly (+ bias over the last axis, Relu) first
+    asks the device's fused kernel (bias and Relu applied in the product's registers: one pass
+    over the output instead of two); where it declines (None), the epilogue runs as built.
+    Returns 1 when the node was given that path."""
+    if e.spec[0] != "epilogue":
+        return 0
+    _, m, n, k = e.spec
+    out = prog.slot_specs.get(e.outputs[0])
+    if (m.op not in F32_FUSED or n.kind != "fused" or out is None or out.dtype != np.float32
+            or out.shape is None or len(n.inputs) != 2):
+        return 0
+    steps = n.spec[2]
+    if (len(steps) != 2 or steps[0][0] not in BIAS_OPS or steps[1][0] != "Relu"
+            or steps[1][1] != [("t", 0)]
+            or sorted(steps[0][1]) != [("in", 0), ("in", 1)]
+            or (steps[0][0] == "BiasAdd" and (steps[0][1][0] != ("in", k)
+                                               or steps[0][2] not in ([], ["NHWC"])))):
+        return 0
+    bias = prog.slot_specs.get(n.inputs[1 - k])
+    if (bias is None or bias.shape is None or not bias.shape or len(bias.shape) > len(out.shape)
+            or tuple(bias.shape) != (1,) * (len(bias.shape) - 1) + (out.shape[-1],)):
+        return 0   # (a bias over the last axis: [O] or Keras' [1, 1, 1, O])
+    fused = devices.library("fused_products")
+    if fused is None:
+        return 0
+    inner, n_m = e.fn, len(m.inputs)
+
+    def run_bias_relu(arrays, out_specs, out=None):
+        spec = out_specs[0] if out_specs else None
+        if not inner.producer["stock"] and spec is not None and spec.fully_defined:
+            bias = executor.as_numpy(arrays[n_m])
+            res = fused.bias_relu_product(m.op, m.attrs, arrays[:n_m], bias.reshape(-1),
+                                          alloc.empty(spec.shape, spec.dtype))
+            if res is not None:
+                return [res]
+        return inner(arrays, out_specs, out)
+
+    run_bias_relu.declines = inner.declines
+    run_bias_relu.producer = inner.producer
+    e.fn = run_bias_relu
+    return 1
+
+
+F32_FUSED = {"Conv2D"}
 HALF_FUSED = {"Conv2D", "MatMul"}
 BIAS_OPS = {"AddV2", "BiasAdd"}
 
@@ -85,7 +133,7 @@ def _merge_half_relu(e, m, n, k, r):
     f.heavy = True
     f.out_specs = r.out_specs
     n_m = len(m.inputs)
-    half = devices.library("half_products")   # the device's own fused kernel, if it has one
+    half = devices.library("fused_products")   # the device's own fused kernel, if it has one
 
     def run_half(arrays, out_specs, out=None):
         spec = out_specs[0] if out_specs else None
