@@ -167,14 +167,14 @@ def test_fused_bias_relu_declines_while_its_kernel_compiles(tf, monkeypatch):
     """A compile in the background (kernels/cpu/deferred.py) makes the fused kernel decline:
     the node runs its three kernels in turn (each declining to TensorFlow alone), no error."""
     import tf_backend
-    from kernels.cpu import half_ops
+    from kernels.cpu import fused_kernels
     from kernels.cpu.deferred import Deferred
     from tf_backend import numerics
 
     def compiling(*a, **k):
         raise Deferred("compiling")
 
-    monkeypatch.setattr(half_ops, "bias_relu_product", compiling)
+    monkeypatch.setattr(fused_kernels, "bias_relu_product", compiling)
     bf = _bf()
     rng = np.random.default_rng(5)
     args = [tf.constant(rng.standard_normal(s).astype(bf))

@@ -156,7 +156,7 @@ def test_backprop_filter_nonfinite_dy_with_padding_goes_to_another_kernel(tf, xs
 @pytest.mark.parametrize("keras_style", [False, True])
 def test_conv_bias_relu_in_the_tiles_registers(tf, monkeypatch, keras_style):
     """A float32 Conv2D + bias + Relu in a tf.function runs as one pass on the tiles (epilogue
-    pass: the device's fused_products): the unfused program's bits, stock's values; a
+    pass: the device's fused_kernels): the unfused program's bits, stock's values; a
     non-finite filter with padding takes the ops in turn (ledgered handback of the Conv2D)."""
     import tf_backend
     from tf_backend import functions

@@ -107,8 +107,9 @@ class Device:
         splits), "loops" (compiled loops and regions: build, build_region, region_source,
         compile_elsewhere), "blas" (thread holds of BLAS-backed kernels: single_thread_enter/
         exit; choice_stats), "weight_cache" (weight forms kept between calls: stats, clear),
-        "compiles" (kernel compiles in the background), "fused_products" (bias_relu_product:
-        a half-precision product with its bias and Relu before one rounding)."""
+        "compiles" (kernel compiles in the background), "fused_kernels" (bias_relu_product: a
+        product with its bias and Relu in one pass, half precision before one rounding;
+        max_pool_grad_relu: MaxPoolGrad and the ReluGrad that reads it)."""
         return None
 
     def __repr__(self):

@@ -6,11 +6,11 @@ import os
 
 from . import (batch_reads, canonicalize, compile_loops, compile_regions, const_fold, dce,
                epilogue, forward_writes, fuse_elementwise, fuse_reduce, group_stock, identity,
-               inplace, loop_reads, memo, read_runs, schedule, shapes, stock_runs,
-               tensor_lists)
+               inplace, loop_reads, memo, pool_relu_grad, read_runs, schedule, shapes,
+               stock_runs, tensor_lists)
 
 PIPELINE = (tensor_lists, identity, canonicalize, shapes, const_fold, dce, batch_reads,
-            fuse_elementwise, fuse_reduce, epilogue, memo, forward_writes, group_stock, read_runs,
+            pool_relu_grad, fuse_elementwise, fuse_reduce, epilogue, memo, forward_writes, group_stock, read_runs,
             stock_runs, compile_regions, inplace, schedule)
 # after the sub-programs are optimised (their reads batched, their aliases gone)
 POST_SUBS = (loop_reads, compile_loops)
@@ -21,6 +21,7 @@ PORTABLE = (identity, canonicalize, shapes, const_fold, dce)
 
 
 SHADOW_OFF = {"tensor_lists", "canonicalize", "fuse_elementwise", "fuse_reduce", "epilogue",
+              "pool_relu_grad",
               "inplace", "batch_reads", "read_runs", "stock_runs", "forward_writes", "memo", "compile_loops",
               "compile_regions"}
 

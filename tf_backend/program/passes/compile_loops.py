@@ -202,5 +202,7 @@ def _step(n, types):
             return Step(n.op, "fused", {}, n.inputs, n.outputs, types, parts=(prod, epi, k))
         if sp is None or n.op.endswith("+epilogue"):   # fuse_reduce's chains have none
             raise Ineligible(f"{n.op}[{' -> '.join(n.fused_ops)}]: a fused node without a spec")
+        if isinstance(sp, tuple) and sp and isinstance(sp[0], str):   # e.g. pool_relu_grad's
+            raise Ineligible(f"{n.op}: a {sp[0]} node (its device kernel runs it)")
         return Step(n.op, "fused", {}, n.inputs, n.outputs, types, fusion=sp)
     return Step(n.op, kind, dict(n.attrs), n.inputs, n.outputs, types, kfn=kfn)

@@ -101,7 +101,7 @@ def _f32_bias_relu(prog, e):
     if (bias is None or bias.shape is None or not bias.shape or len(bias.shape) > len(out.shape)
             or tuple(bias.shape) != (1,) * (len(bias.shape) - 1) + (out.shape[-1],)):
         return 0   # (a bias over the last axis: [O] or Keras' [1, 1, 1, O])
-    fused = devices.library("fused_products")
+    fused = devices.library("fused_kernels")
     if fused is None:
         return 0
     inner, n_m = e.fn, len(m.inputs)
@@ -110,8 +110,11 @@ def _f32_bias_relu(prog, e):
         spec = out_specs[0] if out_specs else None
         if not inner.producer["stock"] and spec is not None and spec.fully_defined:
             bias = executor.as_numpy(arrays[n_m])
-            res = fused.bias_relu_product(m.op, m.attrs, arrays[:n_m], bias.reshape(-1),
-                                          alloc.empty(spec.shape, spec.dtype))
+            try:
+                res = fused.bias_relu_product(m.op, m.attrs, arrays[:n_m], bias.reshape(-1),
+                                              alloc.empty(spec.shape, spec.dtype))
+            except Unsupported:   # compiling in the background (kernels/cpu/deferred.py)
+                res = None
             if res is not None:
                 return [res]
         return inner(arrays, out_specs, out)
@@ -133,7 +136,7 @@ def _merge_half_relu(e, m, n, k, r):
     f.heavy = True
     f.out_specs = r.out_specs
     n_m = len(m.inputs)
-    half = devices.library("fused_products")   # the device's own fused kernel, if it has one
+    half = devices.library("fused_kernels")   # the device's own fused kernel, if it has one
 
     def run_half(arrays, out_specs, out=None):
         spec = out_specs[0] if out_specs else None

@@ -1,0 +1,76 @@
+"""The pool_relu_grad pass: MaxPoolGrad + the ReluGrad reading it (a Conv-Relu-MaxPool block's
+gradient) as one node and one pass (kernels/cpu/pooling_ops.max_pool_grad_relu): the two
+kernels' bits, stock's values, and the two kernels in turn where the fused one declines."""
+import numpy as np
+import pytest
+
+import tf_backend
+from tf_backend import functions
+
+
+def _grad_fn(tf, pool, stride, pad):
+    def f(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.nn.relu(x)
+            z = tf.nn.max_pool2d(y, pool, stride, pad)
+            loss = tf.reduce_sum(z * z * 0.5 + z)
+        return tape.gradient(loss, x)
+    return f
+
+
+def _ours(tf, f, x, disable=""):
+    import os
+    old = os.environ.get("TF_BACKEND_DISABLE_PASSES")
+    os.environ["TF_BACKEND_DISABLE_PASSES"] = disable
+    functions.clear_cache()
+    try:
+        with tf_backend.enabled():
+            return np.asarray(tf.function(f)(x))
+    finally:
+        functions.clear_cache()
+        if old is None:
+            os.environ.pop("TF_BACKEND_DISABLE_PASSES")
+        else:
+            os.environ["TF_BACKEND_DISABLE_PASSES"] = old
+
+
+@pytest.mark.parametrize("shape,pool,stride,pad,dtype", [
+    ((4, 26, 26, 32), 2, 2, "VALID", np.float32),
+    ((3, 9, 7, 5), 2, 2, "VALID", np.float64),      # odd sides: pixels beyond the last window
+    ((2, 8, 8, 3), 3, 2, "SAME", np.float32),       # overlapping windows: two kernels in turn
+])
+def test_fused_gradient_is_the_two_kernels_bits(tf, monkeypatch, shape, pool, stride, pad,
+                                                dtype):
+    from kernels.cpu import fused_kernels, pooling_ops
+    calls = []
+    real = pooling_ops.max_pool_grad_relu
+    monkeypatch.setattr(fused_kernels, "max_pool_grad_relu",
+                        lambda *a: calls.append(real(*a)) or calls[-1])
+    rng = np.random.default_rng(0)
+    xv = rng.integers(-3, 4, shape).astype(dtype)          # ties and zeros in windows
+    # (no NaN: a window holding one gives its gradient to the NaN in our MaxPoolGrad, fused or
+    # not, and to the largest number in stock's graph-mode oneDNN pool: an older difference)
+    xv.reshape(-1)[:2] = [np.inf, -np.inf]
+    x = tf.constant(xv)
+    f = _grad_fn(tf, pool, stride, pad)
+    ours = _ours(tf, f, x)
+    assert calls == [pool == 2]
+    plain = _ours(tf, f, x, disable="pool_relu_grad")
+    np.testing.assert_array_equal(ours, plain)
+    ref = np.asarray(tf.function(f)(x))
+    np.testing.assert_array_equal(ours, ref)
+    assert np.array_equal(np.signbit(ours), np.signbit(ref))
+
+
+def test_declining_while_compiling_runs_the_two_kernels(tf, monkeypatch):
+    from kernels.cpu import fused_kernels
+    from kernels.cpu.deferred import Deferred
+
+    def compiling(*a, **k):
+        raise Deferred("compiling")
+
+    monkeypatch.setattr(fused_kernels, "max_pool_grad_relu", compiling)
+    x = tf.constant(np.random.default_rng(1).standard_normal((2, 6, 6, 4)).astype(np.float32))
+    f = _grad_fn(tf, 2, 2, "VALID")
+    np.testing.assert_array_equal(_ours(tf, f, x), np.asarray(tf.function(f)(x)))
