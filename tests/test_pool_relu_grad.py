@@ -9,13 +9,15 @@ from tf_backend import functions
 
 
 def _grad_fn(tf, pool, stride, pad):
+    """The gradients of a bias + Relu + MaxPool block (BiasAddGrad reads the ReluGrad)."""
     def f(x):
+        b = tf.zeros(x.shape[-1:], x.dtype) + tf.constant(0.25, x.dtype)
         with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = tf.nn.relu(x)
+            tape.watch([x, b])
+            y = tf.nn.relu(tf.nn.bias_add(x, b))
             z = tf.nn.max_pool2d(y, pool, stride, pad)
             loss = tf.reduce_sum(z * z * 0.5 + z)
-        return tape.gradient(loss, x)
+        return tape.gradient(loss, [x, b])
     return f
 
 
@@ -26,7 +28,7 @@ def _ours(tf, f, x, disable=""):
     functions.clear_cache()
     try:
         with tf_backend.enabled():
-            return np.asarray(tf.function(f)(x))
+            return [np.asarray(t) for t in tf.function(f)(x)]
     finally:
         functions.clear_cache()
         if old is None:
@@ -54,13 +56,16 @@ def test_fused_gradient_is_the_two_kernels_bits(tf, monkeypatch, shape, pool, st
     xv.reshape(-1)[:2] = [np.inf, -np.inf]
     x = tf.constant(xv)
     f = _grad_fn(tf, pool, stride, pad)
-    ours = _ours(tf, f, x)
+    ours, db = _ours(tf, f, x)
     assert calls == [pool == 2]
-    plain = _ours(tf, f, x, disable="pool_relu_grad")
+    plain, db_plain = _ours(tf, f, x, disable="pool_relu_grad")
     np.testing.assert_array_equal(ours, plain)
-    ref = np.asarray(tf.function(f)(x))
+    # the bias gradient: float64 sums as BiasAddGrad's kernel, in another order (per window row)
+    np.testing.assert_allclose(db, db_plain, rtol=1e-12 if dtype == np.float64 else 1e-6)
+    ref, db_ref = [np.asarray(t) for t in tf.function(f)(x)]
     np.testing.assert_array_equal(ours, ref)
     assert np.array_equal(np.signbit(ours), np.signbit(ref))
+    np.testing.assert_allclose(db, db_ref, rtol=1e-5)
 
 
 def test_declining_while_compiling_runs_the_two_kernels(tf, monkeypatch):
@@ -73,4 +78,5 @@ def test_declining_while_compiling_runs_the_two_kernels(tf, monkeypatch):
     monkeypatch.setattr(fused_kernels, "max_pool_grad_relu", compiling)
     x = tf.constant(np.random.default_rng(1).standard_normal((2, 6, 6, 4)).astype(np.float32))
     f = _grad_fn(tf, 2, 2, "VALID")
-    np.testing.assert_array_equal(_ours(tf, f, x), np.asarray(tf.function(f)(x)))
+    for o, r in zip(_ours(tf, f, x), tf.function(f)(x)):
+        np.testing.assert_allclose(o, np.asarray(r), rtol=1e-6)

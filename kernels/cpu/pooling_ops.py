@@ -11,6 +11,7 @@ from numba import njit, prange
 from kernels import kernel
 from kernels.cpu import jit
 from kernels.cpu.half_bits import bf2f, f2bf, f2h, h2f
+from kernels.cpu.scratch import scratch
 from shape_fns.host import onednn_runs
 from shape_fns import InvalidArgumentError, Unsupported
 from shape_fns.conv_ops import to_nhwc
@@ -214,13 +215,14 @@ def _max_pool_grad(x, dy, dx, KH, KW, sh, sw, pt, pl):
                         dxn[a // W, a % W, c] += g[c]
 
 
-def _max_pool_grad_2x2(x, dy, dx, zero, one, relu):
+def _max_pool_grad_2x2(x, dy, dx, zero, one, relu, sums, add):
     """_max_pool_grad for 2x2 windows at stride 2 inside the image: the window's first maximum
     found in registers (window order, NaN never taken), its four pixels written at once,
     vectorised over channels; pixels beyond the last window (odd sides) get 0 (zero: 0 of
     dx's dtype). relu: then ReluGrad(dx, x) in the same pass (x is a Relu's output): the
     maximum's gradient times (maximum > 0), as ReluGrad multiplies; the other pixels' +0
-    stays +0."""
+    stays +0. add: sums (float64 [N * OH, C]) gets each window row's per-channel sums of what
+    it wrote (a BiasAddGrad of dx, finished by the caller in a fixed order)."""
     H, W, C = x.shape[1], x.shape[2], x.shape[3]
     OH, OW = dy.shape[1], dy.shape[2]
     for q in prange(dy.shape[0] * OH):
@@ -229,6 +231,9 @@ def _max_pool_grad_2x2(x, dy, dx, zero, one, relu):
         r0, r1 = x[n, 2 * oh], x[n, 2 * oh + 1]
         d0, d1 = dx[n, 2 * oh], dx[n, 2 * oh + 1]
         g = dy[n, oh]
+        srow = sums[q % sums.shape[0]]
+        if add:
+            srow[:] = 0
         for ow in range(OW):
             a, b = r0[2 * ow], r0[2 * ow + 1]
             c, d = r1[2 * ow], r1[2 * ow + 1]
@@ -252,6 +257,8 @@ def _max_pool_grad_2x2(x, dy, dx, zero, one, relu):
                 db[k] = gk if t1 else zero
                 dc[k] = gk if t2 else zero
                 dd[k] = gk if t3 else zero
+                if add:
+                    srow[k] += gk
         for w in range(2 * OW, W):
             for k in range(C):
                 d0[w, k] = 0
@@ -432,17 +439,20 @@ def max_pool_grad(inputs, outputs, attrs):
         return
     if (fmt == "NHWC" and _pairs(g, x.shape, dy.shape) and dy.shape[0] == x.shape[0]
             and dy.shape[3] == x.shape[3]):
-        _pick(_MAXG2, dy.size * 4)(x, dy, dx, dx.dtype.type(0), dx.dtype.type(1), False)
+        _pick(_MAXG2, dy.size * 4)(x, dy, dx, dx.dtype.type(0), dx.dtype.type(1), False,
+                                   np.empty((1, x.shape[3])), False)
         return
     maxg = _MAXG[1] if x.shape[0] > 1 and dy.size * g.kh * g.kw >= PARALLEL_MIN else _MAXG[0]
     maxg(x, dy, dx, *_args(g))
 
 
-def max_pool_grad_relu(inputs, out, attrs):
+def max_pool_grad_relu(inputs, out, attrs, bias_grad=None):
     """out = ReluGrad(MaxPoolGrad(x, y, dy), x) in one pass, where x (the pool's input) is a
     Relu's output: 2x2 windows at stride 2 inside the image, NHWC float32/float64, the same
     values as the two kernels in turn (11 MB written and read twice less for a 128x26x26x32
-    image); False where it does not apply (the caller runs the two kernels)."""
+    image); bias_grad ([C]): also BiasAddGrad(out), summed in float64 as its kernel does
+    (per window row, then the rows in order); False where it does not apply (the caller runs
+    the kernels)."""
     x, y, dy = inputs
     if (attrs.get("data_format", "NHWC") not in ("NHWC", b"NHWC") or x.ndim != 4 or dy.ndim != 4
             or x.dtype not in FLOATS or dy.dtype != x.dtype or out.dtype != x.dtype
@@ -455,7 +465,15 @@ def max_pool_grad_relu(inputs, out, attrs):
     if (not _pairs(g, x.shape, dy.shape) or dy.shape[0] != x.shape[0]
             or dy.shape[3] != x.shape[3]):
         return False
-    _pick(_MAXG2, dy.size * 4)(x, dy, out, out.dtype.type(0), out.dtype.type(1), True)
+    if bias_grad is not None and (bias_grad.shape != (x.shape[3],) or bias_grad.dtype != x.dtype):
+        return False
+    add = bias_grad is not None
+    sums = scratch((dy.shape[0] * dy.shape[1] if add else 1, x.shape[3]), np.float64,
+                   "pool_sums")
+    _pick(_MAXG2, dy.size * 4)(x, dy, out, out.dtype.type(0), out.dtype.type(1), True, sums,
+                               add)
+    if bias_grad is not None:
+        bias_grad[...] = sums.sum(axis=0)
     return True
 
 
