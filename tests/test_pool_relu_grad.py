@@ -4,8 +4,7 @@ kernels' bits, stock's values, and the two kernels in turn where the fused one d
 import numpy as np
 import pytest
 
-import tf_backend
-from tf_backend import functions
+from tests.test_passes import _run
 
 
 def _grad_fn(tf, pool, stride, pad):
@@ -22,19 +21,7 @@ def _grad_fn(tf, pool, stride, pad):
 
 
 def _ours(tf, f, x, disable=""):
-    import os
-    old = os.environ.get("TF_BACKEND_DISABLE_PASSES")
-    os.environ["TF_BACKEND_DISABLE_PASSES"] = disable
-    functions.clear_cache()
-    try:
-        with tf_backend.enabled():
-            return [np.asarray(t) for t in tf.function(f)(x)]
-    finally:
-        functions.clear_cache()
-        if old is None:
-            os.environ.pop("TF_BACKEND_DISABLE_PASSES")
-        else:
-            os.environ["TF_BACKEND_DISABLE_PASSES"] = old
+    return _run(tf, f, x, disable=disable)
 
 
 @pytest.mark.parametrize("shape,pool,stride,pad,dtype", [

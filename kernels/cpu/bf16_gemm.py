@@ -218,9 +218,10 @@ def _tiles(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
     caller (a CPU without AVX512_BF16 never compiles the bfloat16 tiles)."""
 
 
-@overload(_tiles)
-def _tiles_typed(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
-    (w1, w2, w3, w4, w5, w6), (n1, n2, n3, n4, n5, n6), _ = _TILES[kind.dtype == types.float32]
+def _dispatcher(wide, narrow):
+    """A numba implementation calling, by mr and nr, one of the tiles of 1..MR rows on 64-
+    (wide) or 32-column (narrow) panels."""
+    (w1, w2, w3, w4, w5, w6), (n1, n2, n3, n4, n5, n6) = wide, narrow
 
     def impl(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
         if nr == NR:
@@ -249,6 +250,12 @@ def _tiles_typed(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, re
         else:
             n1(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
     return impl
+
+
+@overload(_tiles)
+def _tiles_typed(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
+    wide, narrow, _ = _TILES[kind.dtype == types.float32]
+    return _dispatcher(wide, narrow)
 
 
 def _acc6(kind, pa, lda, o0, nseg, kp, pb, pc, ldc):
@@ -616,41 +623,20 @@ def _filter_grad(xt, bp, offs, KH, KW, dh, dw, acc, seg_block):
 
 
 _FGRAD = (njit(cache=True, nogil=True)(_filter_grad), jit.parallel(_filter_grad))
-# accumulating float32 tiles with A's values `step` apart: 1..MR rows, 64- and 32-column panels
-_S1, _S2, _S3, _S4, _S5, _S6 = (_tile(m, accumulate=True, f32=True, strided=True)
-                                for m in range(1, MR + 1))
-_M1, _M2, _M3, _M4, _M5, _M6 = (_tile(m, accumulate=True, nv=2, f32=True, strided=True)
-                                for m in range(1, MR + 1))
+# accumulating float32 tiles with A's values `step` apart (passed as `relu`): 1..MR rows, 64-
+# and 32-column panels
+_STRIDED = (tuple(_tile(m, accumulate=True, f32=True, strided=True) for m in range(1, MR + 1)),
+            tuple(_tile(m, accumulate=True, nv=2, f32=True, strided=True)
+                  for m in range(1, MR + 1)))
 
 
-@njit(inline="always")
-def _strided_tile(mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, step):
-    """The accumulating float32 tile of mr rows (1..MR) with A's values `step` apart."""
-    if nr == NR:
-        if mr == 6:
-            _S6(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
-        elif mr == 5:
-            _S5(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
-        elif mr == 4:
-            _S4(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
-        elif mr == 3:
-            _S3(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
-        elif mr == 2:
-            _S2(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
-        else:
-            _S1(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
-    elif mr == 6:
-        _M6(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
-    elif mr == 5:
-        _M5(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
-    elif mr == 4:
-        _M4(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
-    elif mr == 3:
-        _M3(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
-    elif mr == 2:
-        _M2(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
-    else:
-        _M1(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, step)
+def _strided_tile(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
+    """The accumulating float32 tile of mr rows (1..MR) with A's values `relu` apart."""
+
+
+@overload(_strided_tile)
+def _strided_typed(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
+    return _dispatcher(*_STRIDED)
 
 
 def _filter_grad_few(xp, bp, offs, KH, dh, parts, seg_block):
@@ -678,9 +664,10 @@ def _filter_grad_few(xp, bp, offs, KH, dh, parts, seg_block):
         j = q - (q // n_pan) * n_pan
         s0 = b * seg_block
         ns = min(seg_block, nseg - s0)
-        _strided_tile(min(MR, R - r0), nr, x0 + (kh * dh * Wp * C + r0) * 4, 1, o0 + s0 * 8,
-                      ns, kp, b0 + (j * bp.shape[1] + s0 * kp) * nr * 4,
-                      c0 + ((b * parts.shape[1] + kh * R + r0) * ldc + j * nr) * 4, ldc, C)
+        _strided_tile(xp, min(MR, R - r0), nr, x0 + (kh * dh * Wp * C + r0) * 4, 1,
+                      o0 + s0 * 8, ns, kp, b0 + (j * bp.shape[1] + s0 * kp) * nr * 4,
+                      c0 + ((b * parts.shape[1] + kh * R + r0) * ldc + j * nr) * 4, ldc, 0, 0,
+                      C)
 
 
 _FGRAD_FEW = (njit(cache=True, nogil=True)(_filter_grad_few),
