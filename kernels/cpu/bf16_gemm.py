@@ -16,6 +16,8 @@ results (stock's oneDNN kernel runs the same instruction).
 bfloat16 on oneDNN; elsewhere the callers widen to float32 (kernels/cpu/half_ops.py,
 matmul_ops.py).
 """
+import functools
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -202,14 +204,16 @@ def _tile(mr, accumulate=False, nv=4, f32=False, strided=False):
     return tile
 
 
+@functools.lru_cache(maxsize=None)
 def _tile_set(f32):
-    """The tiles of 1..MR rows on 64- and 32-column panels, and the accumulating 6-row tile."""
+    """The tiles of 1..MR rows on 64- and 32-column panels, and the accumulating 6-row tile;
+    made when a driver is first typed (numba makes an intrinsic in ~1 ms: 38 at import were
+    0.19 s of every start; a driver loaded from numba's cache needs none)."""
     return (tuple(_tile(m, f32=f32) for m in range(1, MR + 1)),
             tuple(_tile(m, nv=2, f32=f32) for m in range(1, MR + 1)),
             _tile(MR, accumulate=True, f32=f32))
 
 
-_TILES = {False: _tile_set(False), True: _tile_set(True)}   # by "A is float32"
 
 
 def _tiles(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
@@ -254,7 +258,7 @@ def _dispatcher(wide, narrow):
 
 @overload(_tiles)
 def _tiles_typed(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
-    wide, narrow, _ = _TILES[kind.dtype == types.float32]
+    wide, narrow, _ = _tile_set(kind.dtype == types.float32)
     return _dispatcher(wide, narrow)
 
 
@@ -264,7 +268,7 @@ def _acc6(kind, pa, lda, o0, nseg, kp, pb, pc, ldc):
 
 @overload(_acc6)
 def _acc6_typed(kind, pa, lda, o0, nseg, kp, pb, pc, ldc):
-    a6 = _TILES[kind.dtype == types.float32][2]
+    a6 = _tile_set(kind.dtype == types.float32)[2]
 
     def impl(kind, pa, lda, o0, nseg, kp, pb, pc, ldc):
         a6(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, 0)
@@ -623,9 +627,11 @@ def _filter_grad(xt, bp, offs, KH, KW, dh, dw, acc, seg_block):
 
 
 _FGRAD = (njit(cache=True, nogil=True)(_filter_grad), jit.parallel(_filter_grad))
-# accumulating float32 tiles with A's values `step` apart (passed as `relu`): 1..MR rows, 64-
-# and 32-column panels
-_STRIDED = (tuple(_tile(m, accumulate=True, f32=True, strided=True) for m in range(1, MR + 1)),
+@functools.lru_cache(maxsize=None)
+def _strided_set():
+    """Accumulating float32 tiles with A's values `step` apart (passed as `relu`): 1..MR rows,
+    64- and 32-column panels (made when first typed, as _tile_set)."""
+    return (tuple(_tile(m, accumulate=True, f32=True, strided=True) for m in range(1, MR + 1)),
             tuple(_tile(m, accumulate=True, nv=2, f32=True, strided=True)
                   for m in range(1, MR + 1)))
 
@@ -636,7 +642,7 @@ def _strided_tile(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, r
 
 @overload(_strided_tile)
 def _strided_typed(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
-    return _dispatcher(*_STRIDED)
+    return _dispatcher(*_strided_set())
 
 
 def _filter_grad_few(xp, bp, offs, KH, dh, parts, seg_block):
