@@ -15,6 +15,12 @@ results (stock's oneDNN kernel runs the same instruction).
 `runs()`: the CPU has AVX512_BF16 (shape_fns.host), LLVM compiled the kernel and stock runs
 bfloat16 on oneDNN; elsewhere the callers widen to float32 (kernels/cpu/half_ops.py,
 matmul_ops.py).
+
+The same tiles in float32 (`_tile(..., f32=True)`: A one value a step, 16-lane FMA, float32
+out, no subnormal flushing) run float32 convolutions and their backprops on AVX-512F CPUs
+(`runs_f32()`; conv_ops.py decides where), including first layers' filter gradients
+(`backprop_filter_few_into`: A's values a pixel apart). The drivers serve both: the tile set
+is picked by A's dtype when numba types them.
 """
 import functools
 
