@@ -183,3 +183,21 @@ def test_fused_bias_relu_declines_while_its_kernel_compiles(tf, monkeypatch):
     with tf_backend.enabled():
         got = _bias_relu_fn(tf, True)(*args).numpy()
     assert numerics.compare(got, ref, "reduction", 144) is None
+
+
+@pytest.mark.parametrize("shape", [(64, 4096), (3, 70), (40, 33)])
+def test_product_of_a_transposed_operand(tf, shape):
+    """A weight gradient's x^T (a transposed view) is copied to rows by blocks: the product
+    equals the one of its contiguous copy, bit for bit."""
+    bf = _bf()
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape).astype(bf)
+    dy = rng.standard_normal((shape[0], 40)).astype(bf)
+    got = np.empty((shape[1], 40), bf)
+    bf16_gemm.product_into(got, x.T, dy)
+    want = np.empty_like(got)
+    bf16_gemm.product_into(want, np.ascontiguousarray(x.T), dy)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    ref = tf.matmul(tf.constant(x), tf.constant(dy), transpose_a=True).numpy()
+    diff = np.abs(got.view(np.uint16).astype(np.int32) - ref.view(np.uint16).astype(np.int32))
+    assert diff.max() <= 1

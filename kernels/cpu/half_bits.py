@@ -145,7 +145,8 @@ def widen(a, out=None):
     if out is None:
         out = np.empty(a.shape, np.float32)
     loop = _h2f_loop if a.dtype == np.float16 else _bf2f_loop
-    _convert(loop, np.ascontiguousarray(a).view(np.uint16).reshape(-1), out.reshape(-1))
+    # (bits first: ml_dtypes' bfloat16 copies a strided array element by element, ~110 ns each)
+    _convert(loop, np.ascontiguousarray(a.view(np.uint16)).reshape(-1), out.reshape(-1))
     return out
 
 
