@@ -35,8 +35,8 @@ def _close(out, ref, k):
 def spy(monkeypatch):
     """Counts the calls into bf16_gemm that ran (returned True)."""
     ran = []
-    for name in ("conv2d_into", "backprop_input_into", "backprop_filter_into",
-                 "backprop_filter_few_into"):
+    for name in ("conv2d_into", "backprop_input_into", "backprop_input_valid_into",
+                 "backprop_filter_into", "backprop_filter_few_into"):
         real = getattr(bf16_gemm, name)
 
         def wrap(*a, _real=real, _name=name, **k):
@@ -85,12 +85,14 @@ def test_nonfinite_filter_with_padding_goes_to_another_kernel(tf, spy):
     np.testing.assert_array_equal(out, ref)
 
 
-@pytest.mark.parametrize("xs,fs,pad,dil", [
-    ((128, 13, 13, 32), (3, 3, 32, 64), "VALID", 1),
-    ((8, 20, 18, 16), (3, 3, 16, 40), "SAME", 1),
-    ((4, 20, 20, 24), (3, 3, 24, 16), "SAME", 2),
+@pytest.mark.parametrize("xs,fs,pad,dil,which", [
+    ((128, 13, 13, 32), (3, 3, 32, 64), "VALID", 1, "backprop_input_valid_into"),   # scattered
+    ((6, 17, 15, 64), (3, 2, 64, 24), "VALID", 2, "backprop_input_valid_into"),     # 64-wide
+    ((5, 11, 9, 24), (3, 3, 24, 16), "VALID", 1, "backprop_input_into"),   # 24: not whole panels
+    ((8, 20, 18, 16), (3, 3, 16, 40), "SAME", 1, "backprop_input_into"),
+    ((4, 20, 20, 24), (3, 3, 24, 16), "SAME", 2, "backprop_input_into"),
 ])
-def test_backprop_input(tf, spy, xs, fs, pad, dil):
+def test_backprop_input(tf, spy, xs, fs, pad, dil, which):
     rng = np.random.default_rng(1)
     f = rng.standard_normal(fs).astype(np.float32)
     y = tf.nn.conv2d(np.zeros(xs, np.float32), f, 1, pad, dilations=dil)
@@ -101,7 +103,7 @@ def test_backprop_input(tf, spy, xs, fs, pad, dil):
                                          dilations=[1, dil, dil, 1]).numpy()
     dx = np.full(xs, np.nan, np.float32)
     conv_ops.conv2d_backprop_input([np.array(xs, np.int32), f, dy], [dx], _attrs(1, pad, dil))
-    assert spy == ["backprop_input_into"]
+    assert spy == [which]
     _close(dx, ref, fs[0] * fs[1] * fs[3])
 
 

@@ -711,6 +711,61 @@ def _filter_grad_few(xp, bp, offs, KH, dh, parts, seg_block):
                       C)
 
 
+def _scatter_input_grad(dy, bp, dx, KH, KW, dh, dw):
+    """dx[n, oh + kh * dh, ow + kw * dw] += dy[n, oh, ow] @ f[kh, kw]^T for every tap (float32;
+    a convolution without padding, unit strides; dx zeroed, C a multiple of the panels' width):
+    a task owns one row of dx and one panel, and adds into it tap by tap (kh, kw), tiles of up
+    to MR pixels of the dy row that tap reads, through the accumulating tile (dx's block
+    loaded, the tap's O products added, stored). Every product lands in dx: none is a zero of
+    padding, and nothing is copied."""
+    N, OH, OW, O = dy.shape
+    H, W, C = dx.shape[1], dx.shape[2], dx.shape[3]
+    n_pan, kp, nr = bp.shape[0], bp.shape[1] // (KH * KW), bp.shape[2]
+    offs = np.zeros(1, np.int64)
+    y0, b0, x0, o0 = dy.ctypes.data, bp.ctypes.data, dx.ctypes.data, offs.ctypes.data
+    rows = N * H
+    for t in prange(rows * n_pan):
+        j = t // rows
+        q = t - j * rows
+        n = q // H
+        h = q - n * H
+        for kh in range(KH):
+            oh = h - kh * dh
+            if oh < 0 or oh >= OH:
+                continue
+            for kw in range(KW):
+                pb = b0 + (j * bp.shape[1] + (kh * KW + kw) * kp) * nr * 4
+                for ow0 in range(0, OW, MR):
+                    pa = y0 + ((n * OH + oh) * OW + ow0) * O * 4
+                    pc = x0 + (((n * H + h) * W + ow0 + kw * dw) * C + j * nr) * 4
+                    _strided_tile(dy, min(MR, OW - ow0), nr, pa, O, o0, 1, kp, pb, pc, C, 0,
+                                  0, 1)
+
+
+_SCATTER = (njit(cache=True, nogil=True)(_scatter_input_grad),
+            jit.parallel(_scatter_input_grad))
+
+
+def backprop_input_valid_into(dx, f, dy, g):
+    """dx (float32 NHWC) = Conv2DBackpropInput of a unit-stride convolution without padding
+    (VALID), by scattering each dy pixel's products to the dx pixels its taps read
+    (_scatter_input_grad: no zero products of a padded dy, no padded copy); False where it
+    does not apply (the caller's kernel runs it)."""
+    KH, KW, C, O = f.shape
+    N, H, W, _ = dx.shape
+    nr = panel_width(C)
+    if (dx.dtype != np.float32 or g.sh != 1 or g.sw != 1 or g.pt or g.pb or g.pl or g.pr
+            or C % nr or C < 16 or not dx.flags.c_contiguous or not dx.size or not dy.size
+            or dy.shape != (N, g.oh, g.ow, O)):
+        return False
+    turned = np.ascontiguousarray(f.transpose(0, 1, 3, 2)).reshape(KH * KW * O, C)
+    bp = pack_b(turned, nr)
+    dx[...] = 0
+    _SCATTER[1 if dx.size * KH * KW * O >= PARALLEL_MIN else 0](
+        np.ascontiguousarray(dy), bp, dx, KH, KW, g.dh, g.dw)
+    return True
+
+
 _FGRAD_FEW = (njit(cache=True, nogil=True)(_filter_grad_few),
               jit.parallel(_filter_grad_few))
 FEW_SEGMENTS = 256   # output rows a block of the few-channel filter gradient sums

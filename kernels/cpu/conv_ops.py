@@ -324,7 +324,8 @@ def backprop_input_nhwc(f, dy, dx, g):
     N, H, W, C = dx.shape
     KH, KW, _, CO = f.shape
     OH, OW = dy.shape[1], dy.shape[2]
-    if _direct(dx) and dx.flags.c_contiguous and bf16_gemm.backprop_input_into(dx, f, dy, g):
+    if _direct(dx) and dx.flags.c_contiguous and (bf16_gemm.backprop_input_valid_into(dx, f, dy, g)
+                                                   or bf16_gemm.backprop_input_into(dx, f, dy, g)):
         return
     if _backprop_input_winograd(f, dy, dx, g):
         return
