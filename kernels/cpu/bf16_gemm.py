@@ -53,6 +53,16 @@ class _BFloat(ir.Type):
         return hash("bfloat")
 
 
+def _phis(builder, ty, values, block):
+    """One phi of type ty per value, entered from `block` with that value."""
+    out = []
+    for v in values:
+        ph = builder.phi(ty)
+        ph.add_incoming(v, block)
+        out.append(ph)
+    return out
+
+
 def _tile(mr, accumulate=False, nv=4, f32=False, strided=False):
     """An intrinsic computing C[0:mr, 0:min(64, ncols)] = sum over segments s of
     A_s[0:mr, 0:2kp] @ the panel's rows for s, accumulated in float32, + bias, Relu where relu
@@ -113,11 +123,7 @@ def _tile(mr, accumulate=False, nv=4, f32=False, strided=False):
             builder.position_at_end(head)
             sg = builder.phi(i64)
             sg.add_incoming(k64(0), entry)
-            seg_accs = []
-            for v0 in init:
-                ph = builder.phi(vf)
-                ph.add_incoming(v0, entry)
-                seg_accs.append(ph)
+            seg_accs = _phis(builder, vf, init, entry)
             a_s = builder.gep(a_p, [builder.load(builder.gep(o_p, [sg]))])
             row0 = builder.mul(sg, kp_v)
             builder.branch(loop)
@@ -125,11 +131,7 @@ def _tile(mr, accumulate=False, nv=4, f32=False, strided=False):
             builder.position_at_end(loop)
             p = builder.phi(i64)
             p.add_incoming(k64(0), head)
-            accs = []
-            for acc in seg_accs:
-                ph = builder.phi(vf)
-                ph.add_incoming(acc, head)
-                accs.append(ph)
+            accs = _phis(builder, vf, seg_accs, head)
             brow = builder.mul(builder.add(row0, p), k64(nv))
             bs = [builder.bitcast(builder.load(builder.gep(b_p, [builder.add(brow, k64(j))]),
                                                align=4), vf if f32 else vb) for j in range(nv)]

@@ -260,13 +260,26 @@ def _winograd_first(x, f, g, tiles, filter_is_variable):
             and (not tiles or filter_is_variable or x.nbytes <= WINOGRAD_OVER_DIRECT_BYTES))
 
 
-def conv_bias_relu(x, f, bias, out, g, filter_is_variable=False):
-    """out = Relu(the convolution + bias) in one pass, the epilogue applied in the tiles'
-    registers (the same float32 values as the three ops in turn); False where conv_nhwc would
-    take another path (the caller runs the ops in turn)."""
+def conv_bias_relu(inputs, bias, out, attrs):
+    """out = Relu(Conv2D(inputs) + bias) for float32 NHWC in one pass, the epilogue applied in
+    the tiles' registers (the same float32 values as the three ops in turn); False where
+    conv_nhwc would take another path, or the geometry is not one it runs (the caller runs the
+    ops in turn, and their kernels raise stock's errors)."""
+    x, f = inputs
+    if (x.ndim != 4 or f.ndim != 4 or x.dtype != np.float32 or f.dtype != np.float32
+            or bias.dtype != np.float32 or bias.shape != (f.shape[-1],) or not _direct(x)):
+        return False
+    try:
+        fmt, _, g = _geometry(x.shape, f.shape, attrs, "Conv2D", x.dtype)
+    except Exception:  # noqa: BLE001 - the Conv2D kernel raises stock's error
+        return False
+    if fmt != "NHWC" or out.shape != (x.shape[0], g.oh, g.ow, f.shape[3]):
+        return False
     tiles = _tiles_apply(x, f, out, g)
-    return (tiles and not _winograd_first(x, f, g, tiles, filter_is_variable)
-            and bf16_gemm.conv2d_into(out, x, f, g, bias=bias, relu=True))
+    if not tiles or _winograd_first(x, f, g, tiles, attrs.get("_filter_is_variable", False)):
+        return False
+    with np.errstate(all="ignore"):
+        return bf16_gemm.conv2d_into(out, x, f, g, bias=bias, relu=True)
 
 
 def conv_nhwc(x, f, out, g, filter_is_variable=False):

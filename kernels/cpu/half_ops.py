@@ -91,7 +91,7 @@ def bias_relu_product(op, attrs, inputs, bias, out):
     pass instead of three); None where that kernel does not run it (the caller runs the ops in
     turn)."""
     if out.dtype == np.float32 and op == "Conv2D":
-        return _f32_conv_bias_relu(inputs, bias, out, attrs)
+        return out if conv_ops.conv_bias_relu(inputs, bias, out, attrs) else None
     if out.dtype.name != "bfloat16" or not bf16_gemm.runs():
         return None
     if op == "MatMul":
@@ -107,23 +107,6 @@ def bias_relu_product(op, attrs, inputs, bias, out):
             or not _bf16_conv(inputs, out, attrs, bias=bias, relu=True):
         return None
     return out
-
-
-def _f32_conv_bias_relu(inputs, bias, out, attrs):
-    x, f = inputs
-    if (attrs.get("data_format", "NHWC") != "NHWC" or x.ndim != 4 or f.ndim != 4
-            or x.dtype != np.float32 or f.dtype != np.float32 or bias.dtype != np.float32
-            or bias.shape != (f.shape[3],) or not conv_ops._direct(x)):
-        return None
-    try:
-        g, _, groups = conv_geometry(x.shape, f.shape, attrs, "Conv2D", out.dtype)
-    except Exception:  # noqa: BLE001 - the Conv2D kernel raises stock's error
-        return None
-    if groups != 1 or out.shape != (x.shape[0], g.oh, g.ow, f.shape[3]):
-        return None
-    with np.errstate(all="ignore"):
-        ok = conv_ops.conv_bias_relu(x, f, bias, out, g, attrs.get("_filter_is_variable", False))
-    return out if ok else None
 
 
 # kernels that run some half-precision cases without widening: op -> fn(inputs, out, attrs),

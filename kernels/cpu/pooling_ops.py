@@ -437,10 +437,7 @@ def max_pool_grad(inputs, outputs, attrs):
     if dy.size == 0:
         dx[...] = 0
         return
-    if (fmt == "NHWC" and _pairs(g, x.shape, dy.shape) and dy.shape[0] == x.shape[0]
-            and dy.shape[3] == x.shape[3]):
-        _pick(_MAXG2, dy.size * 4)(x, dy, dx, dx.dtype.type(0), dx.dtype.type(1), False,
-                                   np.empty((1, x.shape[3])), False)
+    if fmt == "NHWC" and _grad_2x2(x, dy, dx, g, False):
         return
     maxg = _MAXG[1] if x.shape[0] > 1 and dy.size * g.kh * g.kw >= PARALLEL_MIN else _MAXG[0]
     maxg(x, dy, dx, *_args(g))
@@ -459,20 +456,26 @@ def max_pool_grad_relu(inputs, out, attrs, bias_grad=None):
             or out.shape != x.shape or not out.flags.c_contiguous or not dy.size):
         return False
     try:
-        fmt, g = _window(x.shape, attrs, "MaxPoolGrad", x.dtype)
+        _, g = _window(x.shape, attrs, "MaxPoolGrad", x.dtype)
     except Exception:  # noqa: BLE001 - the MaxPoolGrad kernel raises stock's error
         return False
+    if bias_grad is not None and (bias_grad.shape != (x.shape[3],) or bias_grad.dtype != x.dtype):
+        return False
+    return _grad_2x2(x, dy, out, g, True, bias_grad)
+
+
+def _grad_2x2(x, dy, dx, g, relu, bias_grad=None):
+    """_max_pool_grad_2x2 (then ReluGrad where relu; bias_grad: also its per-channel sums, the
+    window rows' float64 sums added in order) where the windows are 2x2/2 inside the image;
+    False elsewhere."""
     if (not _pairs(g, x.shape, dy.shape) or dy.shape[0] != x.shape[0]
             or dy.shape[3] != x.shape[3]):
-        return False
-    if bias_grad is not None and (bias_grad.shape != (x.shape[3],) or bias_grad.dtype != x.dtype):
         return False
     add = bias_grad is not None
     sums = scratch((dy.shape[0] * dy.shape[1] if add else 1, x.shape[3]), np.float64,
                    "pool_sums")
-    _pick(_MAXG2, dy.size * 4)(x, dy, out, out.dtype.type(0), out.dtype.type(1), True, sums,
-                               add)
-    if bias_grad is not None:
+    _pick(_MAXG2, dy.size * 4)(x, dy, dx, dx.dtype.type(0), dx.dtype.type(1), relu, sums, add)
+    if add:
         bias_grad[...] = sums.sum(axis=0)
     return True
 

@@ -10,8 +10,8 @@ from . import (batch_reads, canonicalize, compile_loops, compile_regions, const_
                stock_runs, tensor_lists)
 
 PIPELINE = (tensor_lists, identity, canonicalize, shapes, const_fold, dce, batch_reads,
-            pool_relu_grad, fuse_elementwise, fuse_reduce, epilogue, memo, forward_writes, group_stock, read_runs,
-            stock_runs, compile_regions, inplace, schedule)
+            pool_relu_grad, fuse_elementwise, fuse_reduce, epilogue, memo, forward_writes,
+            group_stock, read_runs, stock_runs, compile_regions, inplace, schedule)
 # after the sub-programs are optimised (their reads batched, their aliases gone)
 POST_SUBS = (loop_reads, compile_loops)
 # device-independent: what program files keep (tf_backend.export) and what a tf.function gets
@@ -21,9 +21,8 @@ PORTABLE = (identity, canonicalize, shapes, const_fold, dce)
 
 
 SHADOW_OFF = {"tensor_lists", "canonicalize", "fuse_elementwise", "fuse_reduce", "epilogue",
-              "pool_relu_grad",
-              "inplace", "batch_reads", "read_runs", "stock_runs", "forward_writes", "memo", "compile_loops",
-              "compile_regions"}
+              "pool_relu_grad", "inplace", "batch_reads", "read_runs", "stock_runs",
+              "forward_writes", "memo", "compile_loops", "compile_regions"}
 
 
 def _disabled():
