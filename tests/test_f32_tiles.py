@@ -58,6 +58,8 @@ def test_the_tiles_run_here():
     ((16, 30, 30, 24), (3, 3, 24, 70), 1, "SAME", 1),     # a partial second panel
     ((4, 33, 31, 8), (5, 5, 8, 16), 2, "SAME", 1),        # strided, 32-column panels
     ((4, 24, 24, 6), (3, 3, 6, 20), 1, "SAME", 2),        # dilated
+    ((32, 13, 13, 16), (3, 3, 16, 32), 1, "VALID", 1),    # small: the tiles, not Winograd
+    ((1, 56, 56, 64), (3, 3, 64, 64), 1, "SAME", 1),      # tfb bench conv-56
 ])
 def test_convolution(tf, spy, xs, fs, stride, pad, dil):
     rng = np.random.default_rng(0)
@@ -88,6 +90,8 @@ def test_nonfinite_filter_with_padding_goes_to_another_kernel(tf, spy):
 @pytest.mark.parametrize("xs,fs,pad,dil,which", [
     ((128, 13, 13, 32), (3, 3, 32, 64), "VALID", 1, "backprop_input_valid_into"),   # scattered
     ((6, 17, 15, 64), (3, 2, 64, 24), "VALID", 2, "backprop_input_valid_into"),     # 64-wide
+    ((32, 13, 13, 16), (3, 3, 16, 32), "VALID", 1, "backprop_input_valid_into"),   # 16-wide
+    ((4, 12, 10, 48), (3, 3, 48, 8), "VALID", 1, "backprop_input_valid_into"),  # three of 16
     ((5, 11, 9, 24), (3, 3, 24, 16), "VALID", 1, "backprop_input_into"),   # 24: not whole panels
     ((8, 20, 18, 16), (3, 3, 16, 40), "SAME", 1, "backprop_input_into"),
     ((4, 20, 20, 24), (3, 3, 24, 16), "SAME", 2, "backprop_input_into"),
@@ -111,6 +115,8 @@ def test_backprop_input(tf, spy, xs, fs, pad, dil, which):
     ((128, 13, 13, 32), (3, 3, 32, 64), "VALID", "backprop_filter_into"),
     ((6, 15, 17, 20), (3, 3, 20, 70), "SAME", "backprop_filter_into"),    # odd output width
     ((128, 28, 28, 1), (3, 3, 1, 32), "VALID", "backprop_filter_few_into"),
+    ((32, 28, 28, 1), (3, 3, 1, 16), "VALID", "backprop_filter_few_into"),   # 16-wide panel
+    ((8, 24, 24, 2), (3, 3, 2, 48), "SAME", "backprop_filter_few_into"),     # three of 16
     ((16, 32, 32, 3), (3, 3, 3, 64), "SAME", "backprop_filter_few_into"),
     ((8, 30, 30, 3), (5, 5, 3, 24), "VALID", "backprop_filter_few_into"),  # 15 rows: 3 tiles
 ])

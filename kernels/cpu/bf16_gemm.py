@@ -230,37 +230,40 @@ def _tiles(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
     caller (a CPU without AVX512_BF16 never compiles the bfloat16 tiles)."""
 
 
-def _dispatcher(wide, narrow):
+def _by_rows(tiles):
+    """A jitted call of the tile of mr rows (1..MR) among `tiles` (one panel width)."""
+    t1, t2, t3, t4, t5, t6 = tiles
+
+    @njit(inline="always")
+    def call(mr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
+        if mr == 6:
+            t6(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+        elif mr == 5:
+            t5(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+        elif mr == 4:
+            t4(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+        elif mr == 3:
+            t3(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+        elif mr == 2:
+            t2(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+        else:
+            t1(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+    return call
+
+
+def _dispatcher(wide, narrow, thin=None):
     """A numba implementation calling, by mr and nr, one of the tiles of 1..MR rows on 64-
-    (wide) or 32-column (narrow) panels."""
-    (w1, w2, w3, w4, w5, w6), (n1, n2, n3, n4, n5, n6) = wide, narrow
+    (wide), 32- (narrow) or, where given, 16-column (thin) panels."""
+    w, n = _by_rows(wide), _by_rows(narrow)
+    t = _by_rows(thin) if thin is not None else n
 
     def impl(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
         if nr == NR:
-            if mr == 6:
-                w6(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-            elif mr == 5:
-                w5(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-            elif mr == 4:
-                w4(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-            elif mr == 3:
-                w3(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-            elif mr == 2:
-                w2(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-            else:
-                w1(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-        elif mr == 6:
-            n6(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-        elif mr == 5:
-            n5(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-        elif mr == 4:
-            n4(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-        elif mr == 3:
-            n3(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-        elif mr == 2:
-            n2(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+            w(mr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+        elif nr == 32:
+            n(mr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
         else:
-            n1(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+            t(mr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
     return impl
 
 
@@ -387,6 +390,18 @@ def panel_width(n):
     """The panels' width for a product of n columns: 32 up to 32 (two registers a row, no half-
     empty panel), else 64."""
     return 32 if n <= 32 else NR
+
+
+def strided_width(n):
+    """The panels' width for the accumulating strided tiles over n columns: the widest of 64,
+    32 and 16 that divides n (no padded panel: a 32-wide panel of a 16-channel dy doubled the
+    bytes pack_b wrote and the products), 16 below 16, else panel_width(n)."""
+    if n <= 16:
+        return 16
+    for w in (NR, 32, 16):
+        if n % w == 0:
+            return w
+    return panel_width(n)
 
 
 def pack_b(b, nr=NR):
@@ -667,10 +682,9 @@ _FGRAD = (njit(cache=True, nogil=True)(_filter_grad), jit.parallel(_filter_grad)
 @functools.lru_cache(maxsize=None)
 def _strided_set():
     """Accumulating float32 tiles with A's values `step` apart (passed as `relu`): 1..MR rows,
-    64- and 32-column panels (made when first typed, as _tile_set)."""
-    return (tuple(_tile(m, accumulate=True, f32=True, strided=True) for m in range(1, MR + 1)),
-            tuple(_tile(m, accumulate=True, nv=2, f32=True, strided=True)
-                  for m in range(1, MR + 1)))
+    64-, 32- and 16-column panels (made when first typed, as _tile_set)."""
+    return tuple(tuple(_tile(m, accumulate=True, nv=nv, f32=True, strided=True)
+                       for m in range(1, MR + 1)) for nv in (4, 2, 1))
 
 
 def _strided_tile(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
@@ -755,7 +769,7 @@ def backprop_input_valid_into(dx, f, dy, g):
     does not apply (the caller's kernel runs it)."""
     KH, KW, C, O = f.shape
     N, H, W, _ = dx.shape
-    nr = panel_width(C)
+    nr = strided_width(C)
     if (dx.dtype != np.float32 or g.sh != 1 or g.sw != 1 or g.pt or g.pb or g.pl or g.pr
             or C % nr or C < 16 or not dx.flags.c_contiguous or not dx.size or not dy.size
             or dy.shape != (N, g.oh, g.ow, O)):
@@ -793,7 +807,7 @@ def backprop_filter_few_into(df, x, dy, g):
     else:
         xp = np.ascontiguousarray(x)
     dy2 = np.ascontiguousarray(dy).reshape(-1, O)
-    nr = panel_width(O)
+    nr = strided_width(O)
     bp = dy2.reshape(1, -1, O) if O == nr else pack_b(dy2, nr)
     offs = ((np.arange(N, dtype=np.int64)[:, None] * Hp
              + np.arange(g.oh, dtype=np.int64)) * (Wp * C)).reshape(-1)
