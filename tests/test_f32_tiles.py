@@ -114,6 +114,8 @@ def test_backprop_input(tf, spy, xs, fs, pad, dil, which):
 @pytest.mark.parametrize("xs,fs,pad,which", [
     ((128, 13, 13, 32), (3, 3, 32, 64), "VALID", "backprop_filter_into"),
     ((6, 15, 17, 20), (3, 3, 20, 70), "SAME", "backprop_filter_into"),    # odd output width
+    ((32, 13, 13, 16), (3, 3, 16, 32), "VALID", "backprop_filter_into"),  # 32-wide, unpacked
+    ((8, 20, 20, 8), (3, 3, 8, 48), "SAME", "backprop_filter_into"),      # three 16-wide
     ((128, 28, 28, 1), (3, 3, 1, 32), "VALID", "backprop_filter_few_into"),
     ((32, 28, 28, 1), (3, 3, 1, 16), "VALID", "backprop_filter_few_into"),   # 16-wide panel
     ((8, 24, 24, 2), (3, 3, 2, 48), "SAME", "backprop_filter_few_into"),     # three of 16

@@ -74,6 +74,8 @@ WORKER = textwrap.dedent("""
                     step(x, y).numpy()
                     times[arm].append(time.perf_counter() - t)
         tf_backend.enable()
+        choice = {k: v.get("choice") for k, v in tf_backend.stats()["functions"].items()
+                  if v.get("choice")}
         tf_backend.reset_stats()
         for _ in range(3):
             step(x, y).numpy()
@@ -83,7 +85,8 @@ WORKER = textwrap.dedent("""
         q = lambda a: [float(np.percentile(np.asarray(a) * 1e3, p)) for p in (25, 50, 75)]
         out[kind] = {"stock_ms": q(times["stock"]), "ours_ms": q(times["ours"]),
                      "ratio": q(times["ours"])[1] / q(times["stock"])[1],
-                     "ledger_3_steps": {"our_kernel_calls": ours_n, "tensorflow": tf_n}}
+                     "function_choice": choice,
+                "ledger_3_steps": {"our_kernel_calls": ours_n, "tensorflow": tf_n}}
     print("RESULT " + json.dumps(out), flush=True)
 """)
 
@@ -115,8 +118,11 @@ def main(blocks=6, steps=20):
     for (out, err), p in zip(outs, procs):
         if p.returncode != 0:
             sys.exit(err[-3000:])
-    res = json.loads([l for l in outs[0][0].splitlines() if l.startswith("RESULT ")][-1][7:])
-    print(json.dumps(res, indent=1))
+    res = [json.loads([l for l in o.splitlines() if l.startswith("RESULT ")][-1][7:])
+           for o, _ in outs]
+    for kind, r in res[0].items():   # worker 1's choice beside worker 0's figures
+        r["function_choice_worker1"] = res[1][kind]["function_choice"]
+    print(json.dumps(res[0], indent=1))
 
 
 if __name__ == "__main__":

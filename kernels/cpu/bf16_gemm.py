@@ -648,12 +648,13 @@ def backprop_input_into(dx, f, dy, g):
     return True
 
 
-def _filter_grad(xt, bp, offs, KH, KW, dh, dw, acc, seg_block):
+def _filter_grad(xt, bp, offs, KH, KW, dh, dw, acc, seg_block, nr):
     """acc[(kh, kw, ci), 64 * panels] += sum over pixels of xt (channels first, zero-padded,
     channels a multiple of MR: [C6, N, Hp, Wp]) at the tap times dy (packed in pairs of
     neighbouring pixels, one segment per output row at offs), float32: the segments in blocks
     of seg_block (their panel rows stay in cache while every tap and channel block reads them),
-    each block's tiles over numba's threads (the order of the sums depends on the shapes only)."""
+    each block's tiles over numba's threads (the order of the sums depends on the shapes only).
+    nr: the panels' width (float32: strided_width; 64 for bfloat16)."""
     C6, Hp, Wp = xt.shape[0], xt.shape[2], xt.shape[3]
     plane = xt.shape[1] * Hp * Wp
     n_pan = bp.shape[0]
@@ -673,9 +674,12 @@ def _filter_grad(xt, bp, offs, KH, KW, dh, dw, acc, seg_block):
             kh = tap // KW
             kw = tap - kh * KW
             pa = x0 + (ci * plane + kh * dh * Wp + kw * dw) * xt.itemsize
-            pb = b0 + (j * nseg + s0) * kp * NR * 4
-            pc = c0 + ((tap * C6 + ci) * ldc + j * NR) * 4
-            _acc6(xt, pa, plane, o0 + s0 * 8, ns, kp, pb, pc, ldc)
+            pb = b0 + (j * nseg + s0) * kp * nr * 4
+            pc = c0 + ((tap * C6 + ci) * ldc + j * nr) * 4
+            if nr == NR:
+                _acc6(xt, pa, plane, o0 + s0 * 8, ns, kp, pb, pc, ldc)
+            else:   # float32 on 32- or 16-column panels (A's values adjacent: step 1)
+                _strided_tile(xt, MR, nr, pa, plane, o0 + s0 * 8, ns, kp, pb, pc, ldc, 0, 0, 1)
 
 
 _FGRAD = (njit(cache=True, nogil=True)(_filter_grad), jit.parallel(_filter_grad))
@@ -862,7 +866,8 @@ def backprop_filter_into(df, x, dy, g):
     KH, KW, C, O = df.shape
     N, H, W, _ = x.shape
     xb, f32 = _bits(x), x.dtype == np.float32
-    if (g.sh != 1 or g.sw != 1 or (g.ow & 1 and not f32) or C < 8 or O < 48 or not df.size
+    if (g.sh != 1 or g.sw != 1 or (g.ow & 1 and not f32) or C < 8 or O < (16 if f32 else 48)
+            or not df.size
             or not dy.size or dy.shape != (N, g.oh, g.ow, O) or (not f32 and _nonfinite(xb))):
         return False
     Hp, Wp = H + g.pt + g.pb, W + g.pl + g.pr
@@ -870,15 +875,17 @@ def backprop_filter_into(df, x, dy, g):
     xt = scratch((C6, N, Hp, Wp), xb.dtype, "bf16_x")
     _CFIRST[1 if xt.size >= 1 << 17 else 0](xb, xt, g.pt, g.pl)
     dy2 = np.ascontiguousarray(_bits(dy)).reshape(-1, O)
-    bp = dy2.reshape(1, -1, O) if f32 and O == NR else pack_b(dy2)   # (dy is its one panel)
+    nr = strided_width(O) if f32 else NR
+    bp = dy2.reshape(1, -1, O) if f32 and O == nr else pack_b(dy2, nr)   # (dy: its one panel)
     offs = (np.arange(N, dtype=np.int64)[:, None] * (Hp * Wp)
             + np.arange(g.oh, dtype=np.int64) * Wp).reshape(-1)
     n_pan = bp.shape[0]
-    acc = scratch((KH * KW * C6, n_pan * NR), np.float32, "bf16_c")
+    acc = scratch((KH * KW * C6, n_pan * nr), np.float32, "bf16_c")
     acc[...] = 0
     kp = g.ow if f32 else g.ow // 2
-    _FGRAD[1](xt, bp, offs, KH, KW, g.dh, g.dw, acc, max(1, (SEG_ROWS if f32 else SEG_PAIRS) // kp))
-    rows = acc.reshape(KH * KW, C6, n_pan * NR)[:, :C, :O]
+    _FGRAD[1](xt, bp, offs, KH, KW, g.dh, g.dw, acc,
+              max(1, (SEG_ROWS if f32 else SEG_PAIRS) // kp), nr)
+    rows = acc.reshape(KH * KW, C6, n_pan * nr)[:, :C, :O]
     if f32:
         df[...] = rows.reshape(KH, KW, C, O)
     else:
