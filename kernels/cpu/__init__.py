@@ -20,3 +20,7 @@ import numba  # noqa: E402
 # one; numba raises a clear error at the first parallel kernel if neither is available.
 if numba.config.THREADING_LAYER == "default":
     numba.config.THREADING_LAYER = "threadsafe"
+
+from . import jit as _jit  # noqa: E402
+
+_jit.lock_cache_saves()   # before any kernel is compiled and saved

@@ -1,4 +1,5 @@
 """numba compilation helpers for the CPU kernels."""
+import os
 import types
 
 from numba import njit
@@ -22,3 +23,57 @@ def parallel(fn, **options):
     clone.__doc__ = fn.__doc__
     opts = {"cache": True, "nogil": True, **options, "parallel": True}
     return njit(**opts)(clone)
+
+
+def lock_cache_saves():
+    """Make numba's on-disk cache safe between processes (our compiles run in child processes,
+    several at once, beside the parent that loads their results).
+
+    numba 0.68's IndexDataCacheFile.save reads the index, picks the first free data file
+    number, writes the index, then the data, without a lock: two processes adding different
+    signatures of one function can both pick `.2`, and the index keeps one key while the file
+    holds the other's machine code; a reader between the index and the data write, or after
+    an upgrade left older `.N` files, loads code compiled for other types or older sources.
+    Either runs as a segmentation fault in a later process (seen twice here, in the float32
+    tile drivers; numba issues 4807, 10128). Here a save holds an exclusive lock on
+    `<index>.lock`, reads the index under it, and writes the data before the index, so an
+    entry is only ever published with its own data. Loads stay lock-free (both files are
+    replaced atomically). Applied once; a numba without these methods is left as it is."""
+    try:
+        import fcntl
+        from numba.core import caching
+    except ImportError:   # not POSIX, or another numba layout
+        return False
+    cls = caching.IndexDataCacheFile
+    if getattr(cls, "_tf_backend_locked", False):
+        return True
+    if not all(hasattr(cls, a) for a in ("_load_index", "_save_index", "_save_data",
+                                         "_data_name")):
+        return False
+
+    def save(self, key, data):
+        try:
+            fd = os.open(self._index_path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError:
+            fd = None   # an unwritable cache: numba's own save fails the same way
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            overloads = self._load_index()
+            name = overloads.get(key)
+            if name is None:
+                taken, i = set(overloads.values()), 1
+                while self._data_name(i) in taken:
+                    i += 1
+                name = self._data_name(i)
+            self._save_data(name, data)
+            overloads[key] = name
+            self._save_index(overloads)
+        finally:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+
+    cls.save = save
+    cls._tf_backend_locked = True
+    return True

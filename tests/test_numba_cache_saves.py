@@ -1,0 +1,56 @@
+"""numba's on-disk cache between processes (kernels/cpu/jit.py lock_cache_saves): saves of
+different signatures of one function at the same moment both end up in the index, each with
+its own data, and an entry is never published before its data."""
+import threading
+import time
+
+import kernels.cpu  # noqa: F401 - applies the lock
+from numba.core import caching
+
+
+def test_saves_are_locked_here():
+    assert getattr(caching.IndexDataCacheFile, "_tf_backend_locked", False)
+
+
+def test_concurrent_saves_keep_every_entry_with_its_own_data(tmp_path, monkeypatch):
+    real_load = caching.IndexDataCacheFile._load_index
+
+    def slow_load(self):   # widen the window between reading the index and writing it
+        got = real_load(self)
+        time.sleep(0.05)
+        return got
+    monkeypatch.setattr(caching.IndexDataCacheFile, "_load_index", slow_load)
+    files = [caching.IndexDataCacheFile(str(tmp_path), "mod.fn-1.py311", ("stamp", 1))
+             for _ in range(4)]
+    threads = [threading.Thread(target=f.save, args=((f"sig{i}",), f"code for sig{i}"))
+               for i, f in enumerate(files)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    monkeypatch.setattr(caching.IndexDataCacheFile, "_load_index", real_load)
+    fresh = caching.IndexDataCacheFile(str(tmp_path), "mod.fn-1.py311", ("stamp", 1))
+    assert [fresh.load((f"sig{i}",)) for i in range(4)] == [f"code for sig{i}" for i in range(4)]
+
+
+def test_data_is_written_before_the_index(tmp_path, monkeypatch):
+    order = []
+    cls = caching.IndexDataCacheFile
+    real_data, real_index = cls._save_data, cls._save_index
+    monkeypatch.setattr(cls, "_save_data",
+                        lambda self, n, d: (order.append("data"), real_data(self, n, d))[1])
+    monkeypatch.setattr(cls, "_save_index",
+                        lambda self, o: (order.append("index"), real_index(self, o))[1])
+    f = cls(str(tmp_path), "mod.g-1.py311", ("stamp", 2))
+    f.save(("sig",), "code")
+    assert order == ["data", "index"]
+    assert f.load(("sig",)) == "code"
+
+
+def test_an_older_sources_files_are_not_served(tmp_path):
+    old = caching.IndexDataCacheFile(str(tmp_path), "mod.h-1.py311", ("old", 1))
+    old.save(("sig",), "old code")
+    new = caching.IndexDataCacheFile(str(tmp_path), "mod.h-1.py311", ("new", 1))
+    assert new.load(("sig",)) is None
+    new.save(("sig2",), "new code")
+    assert new.load(("sig2",)) == "new code" and new.load(("sig",)) is None
