@@ -202,3 +202,18 @@ def test_conv_bias_relu_in_the_tiles_registers(tf, monkeypatch, keras_style):
     np.testing.assert_array_equal(ours[0], plain)
     _close(ours[0], ref[0], 72)
     np.testing.assert_array_equal(ours[1], ref[1])
+
+
+def test_tile_calls_have_a_name_per_variant():
+    """numba names compiled functions by qualified name and a per-process counter, with
+    linkonce_odr linkage: generated closures of one name, cached by drivers compiled in
+    different processes, could meet under one symbol and run one another's tiles. Each variant
+    has its own name (bf16_gemm._named)."""
+    names = set()
+    for key, sets in (("f32", bf16_gemm._tile_set(True)[:2]),
+                      ("strided_f32", bf16_gemm._strided_set())):
+        impl = bf16_gemm._dispatcher(key, *sets)
+        names.add(impl.__qualname__)
+        names.update(bf16_gemm._by_rows(s, f"_tiles_{key}_{i}").py_func.__qualname__
+                     for i, s in enumerate(sets))
+    assert len(names) == 2 + 2 + 3 and not any("<locals>" in n for n in names)
