@@ -1,6 +1,7 @@
 """numba's on-disk cache between processes (kernels/cpu/jit.py lock_cache_saves): saves of
 different signatures of one function at the same moment both end up in the index, each with
-its own data, and an entry is never published before its data."""
+its own data, an entry is never published before its data, and functions a factory makes in
+variants carry names of their own (jit.named)."""
 import threading
 import time
 
@@ -54,3 +55,14 @@ def test_an_older_sources_files_are_not_served(tmp_path):
     assert new.load(("sig",)) is None
     new.save(("sig2",), "new code")
     assert new.load(("sig2",)) == "new code" and new.load(("sig",)) is None
+
+
+def test_factory_made_kernels_have_a_name_per_variant():
+    """The widening/narrowing loops share argument types in pairs (float16 and bfloat16 bits
+    are both uint16): under one qualified name, cached code compiled in two processes could
+    meet under one symbol and convert bfloat16 as float16 (jit.named)."""
+    from kernels.cpu import half_bits
+    loops = [half_bits._h2f_loop, half_bits._f2h_loop, half_bits._bf2f_loop,
+             half_bits._f2bf_loop]
+    names = {f.py_func.__qualname__ for f in loops + list(half_bits._PAR.values())}
+    assert len(names) == 8 and not any("<locals>" in n for n in names)

@@ -230,21 +230,9 @@ def _tiles(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
     caller (a CPU without AVX512_BF16 never compiles the bfloat16 tiles)."""
 
 
-def _named(fn, name):
-    """fn under a qualified name of its own. numba names a compiled function by module,
-    qualified name and a counter of the process that compiled it (FunctionIdentity), with
-    linkonce_odr linkage: two closures of one name (say the tile calls for 16- and 32-column
-    panels), each cached by a driver compiled in another process, can meet under one symbol
-    in a third, which then runs one for the other (a filter gradient writing past its block:
-    a segmentation fault once both drivers were loaded from the cache). A name per variant
-    leaves only identical code under any one symbol."""
-    fn.__name__ = fn.__qualname__ = name
-    return fn
-
-
 def _by_rows(tiles, name):
     """A jitted call of the tile of mr rows (1..MR) among `tiles` (one panel width), named
-    `name` (see _named)."""
+    `name` (see jit.named)."""
     t1, t2, t3, t4, t5, t6 = tiles
 
     def call(mr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
@@ -260,13 +248,13 @@ def _by_rows(tiles, name):
             t2(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
         else:
             t1(pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-    return njit(inline="always")(_named(call, name))
+    return njit(inline="always")(jit.named(call, name))
 
 
 def _dispatcher(name, wide, narrow, thin=None):
     """A numba implementation calling, by mr and nr, one of the tiles of 1..MR rows on 64-
     (wide), 32- (narrow) or, where given, 16-column (thin) panels; `name`: the tile set's
-    (see _named)."""
+    (see jit.named)."""
     w, n = _by_rows(wide, f"_tiles_{name}_64"), _by_rows(narrow, f"_tiles_{name}_32")
     t = _by_rows(thin, f"_tiles_{name}_16") if thin is not None else n
 
@@ -277,7 +265,7 @@ def _dispatcher(name, wide, narrow, thin=None):
             n(mr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
         else:
             t(mr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
-    return _named(impl, f"_dispatch_{name}")
+    return jit.named(impl, f"_dispatch_{name}")
 
 
 @overload(_tiles)
@@ -298,7 +286,7 @@ def _acc6_typed(kind, pa, lda, o0, nseg, kp, pb, pc, ldc):
 
     def impl(kind, pa, lda, o0, nseg, kp, pb, pc, ldc):
         a6(pa, lda, o0, nseg, kp, pb, pc, ldc, 0, 0, 0)
-    return _named(impl, "_acc6_f32" if f32 else "_acc6_bf16")
+    return jit.named(impl, "_acc6_f32" if f32 else "_acc6_bf16")
 
 
 def _matmul(a, bp, c, bias, relu):

@@ -13,6 +13,7 @@ import numba
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from kernels.cpu import jit
 from kernels.cpu.scalar import ftz
 
 _jit = njit(cache=True, nogil=True, inline="always", error_model="numpy")
@@ -97,12 +98,12 @@ def ftz32(x):
 
 
 def _each(convert):
-    """dst[i] = convert(src[i]) over flat arrays (numba keys the cache by the converter too)."""
-    @njit(cache=True, nogil=True)
+    """dst[i] = convert(src[i]) over flat arrays (numba keys the cache by the converter too;
+    the name is the converter's: h2f and bf2f take the same types, see jit.named)."""
     def loop(src, dst):
         for i in range(dst.size):
             dst[i] = convert(src[i])
-    return loop
+    return njit(cache=True, nogil=True)(jit.named(loop, f"_each_{convert.__name__}"))
 
 
 _h2f_loop, _f2h_loop, _bf2f_loop, _f2bf_loop = (_each(c) for c in (h2f, f2h, bf2f, f2bf))
@@ -111,7 +112,6 @@ _h2f_loop, _f2h_loop, _bf2f_loop, _f2bf_loop = (_each(c) for c in (h2f, f2h, bf2
 def _blocked(loop):
     """The loop over blocks of a flat array on numba's team (conversions are memory-bound: one
     pass, both cores, instead of numpy's two or three passes on one)."""
-    @njit(cache=True, nogil=True, parallel=True)
     def run(src, dst, blocks):
         n = dst.size
         step = (n + blocks - 1) // blocks
@@ -120,7 +120,8 @@ def _blocked(loop):
             hi = min(n, lo + step)
             if lo < hi:
                 loop(src[lo:hi], dst[lo:hi])
-    return run
+    return njit(cache=True, nogil=True, parallel=True)(
+        jit.named(run, f"_blocked{loop.py_func.__name__}"))
 
 
 _PAR = {f: _blocked(f) for f in (_h2f_loop, _f2h_loop, _bf2f_loop, _f2bf_loop)}

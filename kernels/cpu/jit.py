@@ -25,6 +25,19 @@ def parallel(fn, **options):
     return njit(**opts)(clone)
 
 
+def named(fn, name):
+    """fn under a qualified name of its own, for a function a factory makes in variants.
+    numba names a compiled function by module, qualified name, argument types and a counter
+    of the process that compiled it, with linkonce_odr linkage: two closures of one qualified
+    name and argument types (say the float16 and bfloat16 widening loops, or the tile calls of
+    16- and 32-column panels), cached by code compiled in different processes, can meet under
+    one symbol in a third, which then runs one for the other (seen: a filter gradient writing
+    past its block, a segmentation fault once its driver and another came from the cache). A
+    name per variant leaves only identical code under any one symbol."""
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
 def lock_cache_saves():
     """Make numba's on-disk cache safe between processes (our compiles run in child processes,
     several at once, beside the parent that loads their results).
