@@ -59,7 +59,7 @@ def test_the_tiles_run_here():
     ((4, 33, 31, 8), (5, 5, 8, 16), 2, "SAME", 1),        # strided, 32-column panels
     ((4, 24, 24, 6), (3, 3, 6, 20), 1, "SAME", 2),        # dilated
     ((32, 13, 13, 16), (3, 3, 16, 32), 1, "VALID", 1),    # small: the tiles, not Winograd
-    ((1, 56, 56, 64), (3, 3, 64, 64), 1, "SAME", 1),      # tfb bench conv-56
+    ((2, 56, 56, 64), (3, 3, 64, 64), 1, "SAME", 1),      # over 1 MiB: the tiles
 ])
 def test_convolution(tf, spy, xs, fs, stride, pad, dil):
     rng = np.random.default_rng(0)

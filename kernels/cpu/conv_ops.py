@@ -251,18 +251,23 @@ def _tiles_apply(x, f, out, g):
             and bf16_gemm.conv_eligible(x.shape, f.shape, g, 1))
 
 
+# Winograd against the float32 tiles (AMD EPYC Zen 5, 2 threads, OpenBLAS on its own kernels):
+# it wins on layers of >= 64 channels whose input stays in cache (1x56x56x64 0.43 vs 0.53 ms,
+# 1x28x28x128 0.40 vs 0.56) and with kept transforms of deep ones (1x14x14x256 0.37 vs 0.51);
+# the tiles win on fewer channels (32x13x13x16 -> 32 VALID 0.11 vs 0.19, 8x28x28x32 0.29 vs
+# 0.34) and on bigger inputs (8x56x56x64 4.4 vs 5.2-5.3, 128x13x13x32 -> 64 1.4 vs 2.2-2.4).
+WINOGRAD_MIN_CHANNELS = 64
+WINOGRAD_OVER_DIRECT_BYTES = 1 << 20
 WINOGRAD_KEPT_MIN_CHANNELS = 128
 
 
 def _winograd_first(x, f, g, tiles, filter_is_variable):
-    """Winograd where the float32 tiles do not run, or where its filter transform is kept (an
-    inference variable) and the layer is deep. Elsewhere the tiles were as fast or faster in
-    every shape measured, and are bit-equal to stock's oneDNN (AMD EPYC Zen 5, 2 threads:
-    32x13x13x16 -> 32 VALID 0.11 vs 0.26 ms, 8x28x28x32 SAME 0.30 vs 0.47, 1x56x56x64 0.55 vs
-    0.64 with the transform kept; kept transforms at batch 1: 128 channels 0.54 vs 0.58,
-    256: 0.60 vs 0.75)."""
-    return winograd.applies(x, f, g) and (
-        not tiles or (filter_is_variable and x.shape[3] >= WINOGRAD_KEPT_MIN_CHANNELS))
+    """Winograd where the float32 tiles do not run, else where it measured faster (above)."""
+    if not winograd.applies(x, f, g):
+        return False
+    c = x.shape[3]
+    return (not tiles or (c >= WINOGRAD_MIN_CHANNELS and x.nbytes <= WINOGRAD_OVER_DIRECT_BYTES)
+            or (filter_is_variable and c >= WINOGRAD_KEPT_MIN_CHANNELS))
 
 
 def conv_bias_relu(inputs, bias, out, attrs):
