@@ -1217,3 +1217,38 @@ def _split_node(tf, y, sizes, axis):
     prog = _program(tf, f, tf.constant(y))
     passes.optimize(prog)
     return next(n for n in prog.nodes if n.op == "SplitV")
+
+
+def test_epilogue_with_an_unknown_batch_inside_the_function(tf, monkeypatch):
+    """Shapes known only at run time (a batch from IteratorGetNext): the product and its
+    epilogue still fuse (a float32 Conv2D's bias + Relu in the tiles where they run), and an
+    epilogue whose other input broadcasts the product to a bigger shape writes a new array."""
+    from kernels.cpu import conv_ops
+    ran = []
+    real = conv_ops.conv_bias_relu
+    monkeypatch.setattr(conv_ops, "conv_bias_relu", lambda *a: ran.append(real(*a)) or ran[-1])
+    rng = np.random.default_rng(7)
+    xv = rng.standard_normal((6, 18, 18, 8)).astype(np.float32)
+    f = tf.constant(rng.standard_normal((3, 3, 8, 32)).astype(np.float32))
+    b = tf.constant(rng.standard_normal(32).astype(np.float32))
+
+    def conv(it):
+        return tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(next(it), f, 1, "VALID"), b))
+
+    def data(v, n):
+        return iter(tf.data.Dataset.from_tensor_slices(v).batch(n).repeat())
+    ours = _run(tf, conv, data(xv, 4))[0]
+    np.testing.assert_allclose(ours, tf.function(conv)(data(xv, 4)).numpy(), rtol=1e-5,
+                               atol=1e-5)
+    from kernels.cpu import bf16_gemm
+    assert ours.shape == (4, 16, 16, 32) and (True in ran) == bf16_gemm.runs_f32()
+    a = rng.standard_normal((1, 5)).astype(np.float32)
+    w = tf.constant(rng.standard_normal((5, 4)).astype(np.float32))
+    y = rng.standard_normal((3, 4)).astype(np.float32)
+
+    def grow(ia, iy):   # [?, 4] + [?, 4]: batch 1 + batch 3 -> [3, 4]
+        return tf.matmul(next(ia), w) + next(iy)
+    got = _run(tf, grow, data(a, 1), data(y, 3))[0]
+    np.testing.assert_allclose(got, tf.function(grow)(data(a, 1), data(y, 3)).numpy(),
+                               rtol=1e-6)
+    assert got.shape == (3, 4)

@@ -67,3 +67,28 @@ def test_declining_while_compiling_runs_the_two_kernels(tf, monkeypatch):
     f = _grad_fn(tf, 2, 2, "VALID")
     for o, r in zip(_ours(tf, f, x), tf.function(f)(x)):
         np.testing.assert_allclose(o, np.asarray(r), rtol=1e-6)
+
+
+def test_unknown_batch_inside_the_function(tf, monkeypatch):
+    """A Keras fit step's batch comes from IteratorGetNext inside the function, so none of its
+    shapes is fully defined: the fused node still runs, its outputs sized per call."""
+    from kernels.cpu import fused_kernels, pooling_ops
+    calls = []
+    real = pooling_ops.max_pool_grad_relu
+    monkeypatch.setattr(fused_kernels, "max_pool_grad_relu",
+                        lambda *a: calls.append(real(*a)) or calls[-1])
+    xv = np.random.default_rng(3).integers(-3, 4, (8, 12, 12, 16)).astype(np.float32)
+    f = _grad_fn(tf, 2, 2, "VALID")
+
+    def step(it):
+        return f(next(it))
+
+    def data():
+        return iter(tf.data.Dataset.from_tensor_slices(xv).batch(5).repeat())
+    ours, db = _ours(tf, step, data())
+    assert calls == [True] and ours.shape == (5, 12, 12, 16)
+    plain, db_plain = _ours(tf, step, data(), disable="pool_relu_grad")
+    ref, db_ref = [np.asarray(t) for t in tf.function(step)(data())]
+    np.testing.assert_array_equal(ours, plain)
+    np.testing.assert_array_equal(ours, ref)
+    np.testing.assert_allclose(db, db_ref, rtol=1e-5)

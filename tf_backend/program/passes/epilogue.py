@@ -5,7 +5,7 @@ no second allocation, no extra pass writing a new array."""
 import numpy as np
 
 from kernels.elementwise_table import TABLE
-from shape_fns import Unsupported
+from shape_fns import Spec, Unsupported
 
 from ... import alloc, devices, executor
 from ..ir import Node
@@ -20,6 +20,16 @@ def _same_full_spec(prog, a, b):
             and sa.dtype == sb.dtype)
 
 
+def _same_spec(prog, a, b):
+    """Equal specs, unknown dimensions allowed (where the same ones are unknown): a Keras fit
+    step's batch dimension comes from IteratorGetNext inside the function, so none of its
+    shapes is fully defined. The merged node then checks at run time that the epilogue writes
+    the product's shape (_merge)."""
+    sa, sb = prog.slot_specs.get(a), prog.slot_specs.get(b)
+    return (sa is not None and sb is not None and sa.shape is not None
+            and tuple(sa.shape) == tuple(sb.shape) and sa.dtype == sb.dtype)
+
+
 def run(prog):
     consumers = prog.consumers()
     producer = prog.producers()
@@ -31,9 +41,9 @@ def run(prog):
             m = producer.get(s)
             if (m is not None and m.kind == "kernel" and m.op in PRODUCERS and not m.ctrl
                     and id(m) not in merged and consumers.get(s) == 1 and len(m.outputs) == 1
-                    and _same_full_spec(prog, s, n.outputs[0])):
+                    and _same_spec(prog, s, n.outputs[0])):
                 merged.add(id(m))
-                replace[id(n)] = _merge(m, n, k)
+                replace[id(n)] = _merge(m, n, k, not prog.slot_specs[s].fully_defined)
                 break
     if not replace:
         return prog
@@ -108,6 +118,12 @@ def _f32_bias_relu(prog, e):
 
     def run_bias_relu(arrays, out_specs, out=None):
         spec = out_specs[0] if out_specs else None
+        if (spec is None or not spec.fully_defined) and not inner.producer["stock"]:
+            try:   # a shape known only at run time: the convolution's shape function
+                spec = m.shape_fn([Spec(a.shape, a.dtype, a) for a in arrays[:n_m]],
+                                  m.attrs)[0]
+            except Exception:  # noqa: BLE001 - the kernels in turn raise stock's error
+                spec = None
         if not inner.producer["stock"] and spec is not None and spec.fully_defined:
             bias = executor.as_numpy(arrays[n_m])
             try:
@@ -162,7 +178,17 @@ def _merge_half_relu(e, m, n, k, r):
     return f
 
 
-def _merge(m, n, k):
+def _writes_shape(ins, shape):
+    try:
+        return np.broadcast_shapes(*(a.shape for a in ins)) == shape
+    except ValueError:   # the kernel raises stock's error
+        return False
+
+
+def _merge(m, n, k, dynamic=False):
+    """dynamic: the shapes are known only at run time; where the epilogue's other inputs would
+    broadcast the product to a bigger shape, the epilogue writes a new array (a fused
+    elementwise node does so by itself)."""
     rest = [s for i, s in enumerate(n.inputs) if i != k]
     e = Node(n.name, m.op + "+epilogue", "fused", list(m.inputs) + rest, list(n.outputs),
              where=n.where)
@@ -186,6 +212,8 @@ def _merge(m, n, k):
         ins.insert(k, buf)
         if n.kind == "fused":
             return n.fn(ins, n.out_specs, out=buf)
+        if dynamic and not _writes_shape(ins, buf.shape):
+            return executor.run_kernel(n.kdef, n.shape_fn, ins, n.attrs)
         try:
             n.kdef.fn(ins, [buf], n.attrs)
         except Unsupported as u:   # compiling in the background (kernels/cpu/deferred.py)

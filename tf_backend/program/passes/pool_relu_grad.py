@@ -31,17 +31,16 @@ def run(prog):
                 or m.inputs[0] != r.inputs[1]):
             continue
         spec = prog.slot_specs.get(r.outputs[0])
-        if (spec is None or not spec.fully_defined or r.out_specs is None
+        if (spec is None or spec.shape is None or len(spec.shape) != 4
                 or spec.dtype.name not in ("float32", "float64")):
-            continue
+            continue   # (unknown dimensions: a Keras fit step's batch; outputs sized per call)
         b = next((n for n in users.get(r.outputs[0], ()) if n.kind == "kernel"
                   and n.op == "BiasAddGrad" and not n.ctrl
-                  and n.out_specs is not None
                   and n.attrs.get("data_format", "NHWC") in ("NHWC", b"NHWC")), None)
         merged.add(id(m))
         if b is not None:
             merged.add(id(b))
-        replace[id(r)] = _merge(m, r, b, fused)
+        replace[id(r)] = _merge(m, r, b, fused, spec.dtype)
     if not replace:
         return prog
     prog.nodes = [replace.get(id(n), n) for n in prog.nodes if id(n) not in merged]
@@ -51,23 +50,35 @@ def run(prog):
     return prog
 
 
-def _merge(m, r, b, fused):
+def _merge(m, r, b, fused, dtype):
     outs = list(r.outputs) + (list(b.outputs) if b is not None else [])
     f = Node(r.name, "MaxPoolGrad+ReluGrad" + ("+BiasAddGrad" if b is not None else ""),
              "fused", list(m.inputs), outs, where=r.where)
     f.fused_ops = ("MaxPoolGrad", "ReluGrad") + (("BiasAddGrad",) if b is not None else ())
     f.heavy = True
-    f.out_specs = list(r.out_specs) + (list(b.out_specs) if b is not None else [])
+    static = r.out_specs is not None and (b is None or b.out_specs is not None)
+    f.out_specs = (list(r.out_specs) + (list(b.out_specs) if b is not None else [])
+                   if static else None)
 
     def run_pool_relu_grad(arrays, out_specs, out=None):
-        bufs = [alloc.empty(sp.shape, sp.dtype) for sp in out_specs]
         ins = [executor.as_numpy(a) for a in arrays]
+        if out_specs is not None:
+            bufs = [alloc.empty(sp.shape, sp.dtype) for sp in out_specs]
+        else:   # sized by the pool's input: the gradient's shape, the bias gradient's [C]
+            x = ins[0]
+            bufs = [alloc.empty(x.shape, dtype)] + (
+                [alloc.empty(x.shape[-1:], dtype)] if b is not None and x.ndim == 4 else [])
+            if b is not None and len(bufs) != 2:
+                return _in_turn(ins)
         try:
             if fused.max_pool_grad_relu(ins, bufs[0], m.attrs,
                                         bufs[1] if b is not None else None):
                 return bufs
         except Unsupported:   # compiling in the background (kernels/cpu/deferred.py)
             pass
+        return _in_turn(arrays)
+
+    def _in_turn(arrays):
         outs = [_kernel(r, [executor.as_numpy(_kernel(m, arrays)[0]), arrays[0]])[0]]
         if b is not None:
             outs.append(_kernel(b, [executor.as_numpy(outs[0])])[0])
