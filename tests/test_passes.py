@@ -1252,3 +1252,30 @@ def test_epilogue_with_an_unknown_batch_inside_the_function(tf, monkeypatch):
     np.testing.assert_allclose(got, tf.function(grow)(data(a, 1), data(y, 3)).numpy(),
                                rtol=1e-6)
     assert got.shape == (3, 4)
+
+
+def test_stock_runs_leave_a_big_update_its_own_eager_call(tf):
+    """An update over GROUP_MAX_ELEMENTS or more stays outside the groups (TensorFlow splits
+    it over its intra-op pool, which inside a graph function also costs a hand-off to another
+    thread); the small ones around it still group."""
+    from tf_backend.program.passes import stock_runs
+    big = tf.Variable(np.zeros((stock_runs.GROUP_MAX_ELEMENTS // 64, 64), np.float32))
+    small = [tf.Variable(np.zeros(8, np.float32)) for _ in range(stock_runs.MIN_OPS)]
+
+    def step(x):
+        big.assign_sub(tf.fill(big.shape, x))
+        for v in small:
+            v.assign_add(tf.fill([8], x))
+        return x + 1.0
+
+    x = tf.constant(0.5)
+    prog = _program(tf, step, x)
+    passes.optimize(prog)
+    groups = [g for g in prog.nodes if "group" in g.attrs]
+    grouped = [m for g in groups for m in g.attrs["nodes"]]
+    assert groups and all(m.op == "AssignAddVariableOp" for m in grouped), prog.dump()
+    assert any(n.op == "AssignSubVariableOp" for n in prog.nodes), prog.dump()
+    functions.clear_cache()
+    with tf_backend.enabled():
+        tf.function(step)(x)
+    assert big.numpy()[0, 0] == -0.5 and all(v.numpy()[0] == 0.5 for v in small)

@@ -19,6 +19,12 @@ from .batch_reads import redirect_ctrl
 # AssignAddVariableOps after a 16 MB pass: N=2 48 vs 80 us grouped, 4: 66 vs 81, 8: 103 vs 89,
 # 16: 182 vs 105): runs shorter than this stay separate calls
 MIN_OPS = 6
+# An op over this many elements stays its own eager call: TensorFlow's Eigen kernels split such
+# an update over the intra-op pool, and inside a graph function its executor also hands the
+# op to another thread and waits for it (AMD EPYC Zen 5, one AssignSubVariableOp: 64K elements
+# 28 us in a function vs 8 eager; 128K: 90 vs 32; an MLP step's six updates with a 784x256
+# weight 143-177 us as a group vs 109-120 as eager calls)
+GROUP_MAX_ELEMENTS = 1 << 17
 
 
 def _freeze(v):
@@ -27,7 +33,17 @@ def _freeze(v):
     return v
 
 
-def _ops(n, handles):
+def _big(prog, slot):
+    sp = prog.slot_specs.get(slot)
+    if sp is None or not sp.fully_defined or sp.dtype.kind == "O":
+        return False
+    size = 1
+    for d in sp.shape:
+        size *= d
+    return size >= GROUP_MAX_ELEMENTS
+
+
+def _ops(n, handles, prog):
     """[(op, input slots, flat attrs)] of a node that can join a group, else None."""
     if n.attrs.get("loop_invariant") or n.subs:
         return None
@@ -36,7 +52,7 @@ def _ops(n, handles):
             return None
         return [("ReadVariableOp", [s], ("dtype", d)) for s, d in zip(n.inputs, n.raw_attrs)]
     if (n.kind != "stock" or n.op not in tfa.GROUP_OPS or n.attrs.get("xla_function")
-            or not n.inputs):
+            or not n.inputs or any(_big(prog, s) for s in n.inputs)):
         return None
     flat = _freeze(tuple(n.raw_attrs))
     for k, s in enumerate(n.inputs):
@@ -118,7 +134,7 @@ def run(prog):
         aliases.clear()
 
     for i, n in enumerate(prog.nodes):
-        ops = _ops(n, handles)
+        ops = _ops(n, handles, prog)
         if ops is not None:
             seq.append(n)
             members.append((n, ops))
