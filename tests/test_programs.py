@@ -825,3 +825,44 @@ def test_loop_invariant_reads_once_per_loop_run_and_never_past_a_write(tf):
     notes = {name[0]: " ".join(p.notes) for name, p in progs.items()}
     assert any("loop_reads: 1" in n for k, n in notes.items() if "invariant" in k), notes
     assert not any("loop_reads" in n for k, n in notes.items() if "writes" in k), notes
+
+
+def test_driver_runs_nodes_with_run_time_shapes_inline(tf):
+    """Kernel and fused nodes whose output shapes are known only at run time (a batch from a
+    dataset iterator inside the function, as in Keras fit) run in the generated driver, sized
+    by their shape functions, not through the interpreter's step; results are stock's, for
+    each batch size the iterator yields, and a kernel error is still stock's error class."""
+    rng = np.random.default_rng(5)
+    xv = rng.standard_normal((10, 6)).astype(np.float32)
+    w = tf.constant(rng.standard_normal((6, 3)).astype(np.float32))
+
+    @tf.function
+    def f(it):
+        x = next(it)
+        h = tf.nn.relu(tf.matmul(x, w) + 1.0)
+        return tf.reduce_sum(h * h, axis=1), tf.transpose(h) * 2.0
+
+    def data():
+        return iter(tf.data.Dataset.from_tensor_slices(xv).batch(4))   # batches 4, 4, 2
+    tf_backend.disable()
+    it = data()
+    ref = [[np.asarray(t) for t in f(it)] for _ in range(3)]
+    functions.clear_cache()
+    with tf_backend.enabled():
+        it = data()
+        got = [[np.asarray(t) for t in f(it)] for _ in range(3)]
+        prog = next(c.program for c in functions._cache.values() if c.program is not None)
+    src = (prog.driver or executor._driver(prog)).source
+    assert "RUNK(" in src, src
+    assert not any(n.kind in ("kernel", "fused") and f"STEP(N{n.id}," in src
+                   for n in prog.nodes), src
+    for g, r in zip(got, ref):
+        _close(g, r)
+    assert [g[1].shape for g in got] == [(3, 4), (3, 4), (3, 2)]
+
+    @tf.function
+    def bad(it):
+        return tf.reshape(next(it), [7, -1])
+    with tf_backend.enabled():
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            bad(data())

@@ -201,7 +201,7 @@ def _driver(prog):
     prog.driver = d = driver.build(prog, step, declined, as_numpy, alloc.empty, _view, VIEW_OPS,
                                    alloc.SMALL_BYTES, alloc.POOL_MIN,
                                    (_direct_tensorflow, tfa.execute_stock, as_tensor,
-                                    tfa.read_variables))
+                                    tfa.read_variables), run_kernel)
     return d
 
 

@@ -41,12 +41,14 @@ def _internal(prog):
     return out
 
 
-def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None):
+def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None, run_kernel=None):
     """(python source of `drive(vals, failed)`, constants it binds by name). Outputs under
     `small_bytes`, and those under `plain_below` that only our nodes read, are plain np.empty
     (aligned allocation is for buffers TensorFlow takes without a copy). `direct(node)`:
     "stock" or "reads" for a TensorFlow node the driver runs itself (XS: one op on TensorFlow's
-    kernel, RV: a batched variable read), None for the interpreter's step."""
+    kernel, RV: a batched variable read), None for the interpreter's step. `run_kernel(kdef,
+    shape_fn, arrays, attrs)`: kernels whose output shapes are known only at run time (without
+    it such nodes take the interpreter's step)."""
     env = {}
     blocks = []   # per node: its lines in the driver
     drops = prog.drops
@@ -112,6 +114,38 @@ def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None):
                 body.append(f"{fn}(a, o, {attrs})")
             body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
             if kind == "kernel":
+                node = bind(n, "N", i)
+                body = ["try:"] + ["    " + b for b in body] + [
+                    "except UNSUPPORTED as u:",
+                    f"    o = DECLINED({node}, [vals[s] for s in {list(n.inputs)!r}], u)"] + [
+                    f"    vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
+        elif kind in ("kernel", "fused") and run_kernel is not None:
+            # shapes known only at run time (a Keras fit step's batch): what the interpreter's
+            # execute() does, without its frames: the shape function sizes the outputs
+            arrays = "[" + ", ".join(_arr(v) for v in ins) + "]"
+            body += reads + [f"a = {arrays}"]
+            if kind == "fused":
+                call = f"o = {bind(n.fn, 'F', i)}(a, {bind(n.out_specs, 'SP', i)}, out={{}})"
+                if n.inplace is not None:
+                    b = ins[n.inplace]
+                    body += [f"b = {b} if {writable_expr(b)} else None", call.format("b")]
+                else:
+                    body.append(call.format("None"))
+                body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
+            else:
+                attrs = bind(n.attrs, "A", i)
+                run = (f"o = RUNK({bind(n.kdef, 'KD', i)}, {bind(n.shape_fn, 'SF', i)}, a, "
+                       f"{attrs})")
+                if n.inplace is not None:
+                    b = ins[n.inplace]
+                    body += [f"if {writable_expr(b)}:",
+                             f"    o = [a[{n.inplace}]]",
+                             f"    {bind(n.kdef.fn, 'F', i)}(a, o, {attrs})",
+                             "else:",
+                             f"    {run}"]
+                else:
+                    body.append(run)
+                body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
                 node = bind(n, "N", i)
                 body = ["try:"] + ["    " + b for b in body] + [
                     "except UNSUPPORTED as u:",
@@ -183,16 +217,17 @@ def _chunked(blocks):
 
 
 def build(prog, step, declined, as_numpy, empty, view, view_ops, small_bytes=0, plain_below=0,
-          tensorflow=None):
+          tensorflow=None, run_kernel=None):
     """The compiled driver of a finalized program: drive(vals, failed) -> None when every node
     ran, or (index, exception): node `index` raised `exception` (None: the interpreter already
     recorded a failure before node `index`). `view(node, arrays)` runs a view op.
     `tensorflow`: (direct, execute, as_tensor, read_variables) to run plain TensorFlow nodes
     without the interpreter's frames under TensorFlow's stack capture (see `source`)."""
     direct, xs, at, rv = tensorflow if tensorflow is not None else (None, None, None, None)
-    src, env = source(prog, view, view_ops, small_bytes, plain_below, direct)
+    src, env = source(prog, view, view_ops, small_bytes, plain_below, direct, run_kernel)
     env.update(ND=BUFFER, HL=HostList, AS=as_numpy, EMPTY=empty, NPEMPTY=np.empty, STEP=step,
-               DECLINED=declined, UNSUPPORTED=Unsupported, XS=xs, AT=at, RV=rv)
+               DECLINED=declined, UNSUPPORTED=Unsupported, XS=xs, AT=at, RV=rv,
+               RUNK=run_kernel)
     code = compile(src, f"<driver {prog.name}>", "exec")
     exec(code, env)
     drive = env["drive"]
