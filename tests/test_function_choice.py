@@ -248,3 +248,43 @@ def test_a_records_key_does_not_depend_on_the_function_counter():
     g3 = tf.function(lambda y: tf.while_loop(lambda i, v: i < 4, lambda i, v: (i + 1, v * 2.0),
                                              (0, y))[1]).get_concrete_function(x).graph
     assert choices.key(g3, [x]) != choices.key(g1, [x])
+
+
+def test_a_multi_worker_step_needs_tensorflow_clearly_faster_and_keeps_its_choice():
+    """A function with collectives is timed on every worker at once, each deciding alone:
+    within CHOICE_MARGIN_COLLECTIVE both keep our executor (workers that chose differently
+    waited for each other), and the choice is final (no re-trial to flip one worker later)."""
+    from types import SimpleNamespace as NS
+
+    def prog(op):
+        return NS(nodes=[NS(op="MatMul", subs=()), NS(op=op, subs=())], choice=None,
+                  choice_rounds=0, choice_calls=0, choice_recheck=0)
+    close = {"ours": [1.0] * 6, "tensorflow": [0.97] * 6}    # TensorFlow 3% faster
+    clear = {"ours": [1.0] * 6, "tensorflow": [0.9] * 6}     # 10% faster
+    multi, single = prog("CollectiveReduceV2"), prog("AddV2")
+    functions._choose(multi, "multi", close)
+    functions._choose(single, "single", close)
+    assert (multi.choice, single.choice) == ("ours", "tensorflow")
+    assert multi.choice_recheck == float("inf") and single.choice_recheck < float("inf")
+    again = prog("CollectiveReduceV2")
+    functions._choose(again, "again", clear)
+    assert again.choice == "tensorflow"
+    nested = NS(nodes=[NS(op="While", subs=(prog("CollectiveGatherV2"),))], choice=None,
+                choice_rounds=0, choice_calls=0, choice_recheck=0)
+    assert functions._has_collectives(nested)
+
+
+def test_a_multi_worker_steps_tensorflow_choice_is_not_recorded(monkeypatch):
+    """Each worker's graph has its own digest: a record read by one worker while the other
+    measured made them disagree. Collective functions are measured in every process."""
+    from types import SimpleNamespace as NS
+
+    from tf_backend import choices
+    recorded = []
+    monkeypatch.setattr(choices, "record", lambda *a: recorded.append(a))
+    monkeypatch.setattr(functions, "CHOICE", "measure")
+    trial = {"ours": [1.0] * 3, "tensorflow": [0.5] * 3}
+    for op in ("CollectiveReduceV2", "AddV2"):
+        p = NS(nodes=[NS(op=op, subs=())], choice="tensorflow")
+        functions._keep(NS(dynamic=(), graph=object(), choice_key=op), p, trial, [])
+    assert [r[0] for r in recorded] == ["AddV2"]

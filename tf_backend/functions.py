@@ -54,6 +54,14 @@ CHOICE_MARGIN = 1.0
 # to CHOICE_ROUNDS trials in all
 CHOICE_RECHECK = 300
 CHOICE_ROUNDS = 3
+# A function with collectives (a multi-worker step) is timed on every worker at once, each
+# choosing alone: with the two sides within noise the workers chose differently (two-worker
+# CNN step: 3.73 vs 3.89 ms on one, the other the other way), and one waiting for the other
+# cost more than either choice. There TensorFlow must win by this margin, the first choice is
+# final (no re-trial to flip one worker later), and none is recorded for later processes (each
+# worker's graph has its own digest: one worker read an earlier run's record while the other
+# measured).
+CHOICE_MARGIN_COLLECTIVE = 0.95
 
 # The device tf.function programs run on (tf_backend.enable(device=...)); None: the host CPU
 # path (executor.py, generated drivers). Eager ops run on the host CPU path either way.
@@ -304,7 +312,7 @@ def _recorded_or_compiled(name, graph, device, args):
 def _keep(c, prog, trial, args):
     """After a trial step: TensorFlow's choice of a function of static shapes is recorded for
     later processes (choices.py)."""
-    if (prog.choice != "tensorflow" or c.dynamic or c.graph is None
+    if (prog.choice != "tensorflow" or c.dynamic or c.graph is None or _has_collectives(prog)
             or CHOICE not in MEASURING):
         return
     if c.choice_key is None:
@@ -374,12 +382,28 @@ def _choose(prog, name, trial):
     if min(len(ours), len(tf_)) < CHOICE_RUNS:
         return
     mo, mt = float(np.median(ours)), float(np.median(tf_))
-    prog.choice = "tensorflow" if mt < CHOICE_MARGIN * mo else "ours"
+    collective = _has_collectives(prog)
+    prog.choice = ("tensorflow" if mt < (CHOICE_MARGIN_COLLECTIVE if collective else CHOICE_MARGIN)
+                   * mo else "ours")
     prog.choice_rounds += 1
     prog.choice_calls = 0
     prog.choice_recheck = (CHOICE_RECHECK * 10 ** (prog.choice_rounds - 1)
-                           if prog.choice_rounds < CHOICE_ROUNDS else float("inf"))
+                           if prog.choice_rounds < CHOICE_ROUNDS and not collective
+                           else float("inf"))
     ledger.function_choice(name, prog.choice, mo, mt, prog.choice_rounds)
+
+
+def _has_collectives(prog):
+    """Whether the program (or a sub-program) runs a collective op (lower.COLLECTIVE_PREFIX)."""
+    got = getattr(prog, "collective", None)
+    if got is None:
+        got = any(n.op.startswith(lower.COLLECTIVE_PREFIX) or any(map(_has_collectives, n.subs))
+                  for n in prog.nodes)
+        try:
+            prog.collective = got
+        except AttributeError:   # a program class with slots: computed again next time
+            pass
+    return got
 
 
 def _retrial(prog):
