@@ -39,11 +39,16 @@ class Failed:
         self.exc, self.node, self.inputs = exc, node, inputs
 
 
-def run_kernel(kdef, shape_fn, arrays, attrs, out_specs=None):
-    """Shape fn (unless static specs are given) -> aligned outputs -> kernel. Returns outputs."""
+def output_buffers(shape_fn, arrays, attrs, out_specs=None):
+    """Aligned output buffers, sized by the shape fn unless static specs are given."""
     if out_specs is None:
         out_specs = shape_fn([Spec(a.shape, a.dtype, a) for a in arrays], attrs)
-    outs = [alloc.empty(s.shape, s.dtype) for s in out_specs]
+    return [alloc.empty(s.shape, s.dtype) for s in out_specs]
+
+
+def run_kernel(kdef, shape_fn, arrays, attrs, out_specs=None):
+    """Shape fn (unless static specs are given) -> aligned outputs -> kernel. Returns outputs."""
+    outs = output_buffers(shape_fn, arrays, attrs, out_specs)
     kdef.fn(arrays, outs, attrs)
     return outs
 
@@ -201,7 +206,7 @@ def _driver(prog):
     prog.driver = d = driver.build(prog, step, declined, as_numpy, alloc.empty, _view, VIEW_OPS,
                                    alloc.SMALL_BYTES, alloc.POOL_MIN,
                                    (_direct_tensorflow, tfa.execute_stock, as_tensor,
-                                    tfa.read_variables), run_kernel)
+                                    tfa.read_variables), output_buffers)
     return d
 
 

@@ -397,12 +397,8 @@ def _has_collectives(prog):
     """Whether the program (or a sub-program) runs a collective op (lower.COLLECTIVE_PREFIX)."""
     got = getattr(prog, "collective", None)
     if got is None:
-        got = any(n.op.startswith(lower.COLLECTIVE_PREFIX) or any(map(_has_collectives, n.subs))
-                  for n in prog.nodes)
-        try:
-            prog.collective = got
-        except AttributeError:   # a program class with slots: computed again next time
-            pass
+        got = prog.collective = any(n.op.startswith(lower.COLLECTIVE_PREFIX)
+                                    or any(map(_has_collectives, n.subs)) for n in prog.nodes)
     return got
 
 

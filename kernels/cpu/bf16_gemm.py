@@ -222,8 +222,6 @@ def _tile_set(f32):
             _tile(MR, accumulate=True, f32=f32))
 
 
-
-
 def _tiles(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
     """The tile of mr rows (1..MR) for panels nr columns wide (64 or 32); kind: the A operand,
     whose dtype picks the instruction (float32: FMA, else bfloat16 pairs) when numba types the
@@ -686,6 +684,8 @@ def _filter_grad(xt, bp, offs, KH, KW, dh, dw, acc, seg_block, nr):
 
 
 _FGRAD = (njit(cache=True, nogil=True)(_filter_grad), jit.parallel(_filter_grad))
+
+
 @functools.lru_cache(maxsize=None)
 def _strided_set():
     """Accumulating float32 tiles with A's values `step` apart (passed as `relu`): 1..MR rows,

@@ -47,8 +47,9 @@ def lock_cache_saves():
     signatures of one function can both pick `.2`, and the index keeps one key while the file
     holds the other's machine code; a reader between the index and the data write, or after
     an upgrade left older `.N` files, loads code compiled for other types or older sources.
-    Either runs as a segmentation fault in a later process (seen twice here, in the float32
-    tile drivers; numba issues 4807, 10128). Here a save holds an exclusive lock on
+    Either can run as a segmentation fault in a later process (numba issues 4807, 10128; the
+    crashes seen here in the float32 tile drivers had another cause, see `named`, but our
+    compile children do run several saves at once). Here a save holds an exclusive lock on
     `<index>.lock`, reads the index under it, and writes the data before the index, so an
     entry is only ever published with its own data. Loads stay lock-free (both files are
     replaced atomically). Applied once; a numba without these methods is left as it is."""

@@ -41,14 +41,14 @@ def _internal(prog):
     return out
 
 
-def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None, run_kernel=None):
+def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None, out_shapes=None):
     """(python source of `drive(vals, failed)`, constants it binds by name). Outputs under
     `small_bytes`, and those under `plain_below` that only our nodes read, are plain np.empty
     (aligned allocation is for buffers TensorFlow takes without a copy). `direct(node)`:
     "stock" or "reads" for a TensorFlow node the driver runs itself (XS: one op on TensorFlow's
-    kernel, RV: a batched variable read), None for the interpreter's step. `run_kernel(kdef,
-    shape_fn, arrays, attrs)`: kernels whose output shapes are known only at run time (without
-    it such nodes take the interpreter's step)."""
+    kernel, RV: a batched variable read), None for the interpreter's step. `out_shapes(shape_fn,
+    arrays, attrs)`: output buffers of a kernel whose shapes are known only at run time
+    (without it such nodes take the interpreter's step)."""
     env = {}
     blocks = []   # per node: its lines in the driver
     drops = prog.drops
@@ -83,14 +83,20 @@ def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None, run_
             else:
                 body += reads + [f"o = {view_n}({arrays})"]
                 body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
-        elif kind in ("kernel", "fused") and n.out_specs is not None and all(
-                s.fully_defined for s in n.out_specs):
+        elif kind in ("kernel", "fused") and (out_shapes is not None or (
+                n.out_specs is not None and all(s.fully_defined for s in n.out_specs))):
             fn = bind(n.fn if kind == "fused" else n.kdef.fn, "F", i)
             arrays = "[" + ", ".join(_arr(v) for v in ins) + "]"
             body += reads + [f"a = {arrays}"]
-            allocs = [f"{'NPEMPTY' if plain(o, s) else 'EMPTY'}"
-                      f"({tuple(s.shape)!r}, {bind(s.dtype, 'DT', f'{i}_{k}')})"
-                      for k, (o, s) in enumerate(zip(outs, n.out_specs))]
+            attrs = bind(n.attrs, "A", i)
+            if n.out_specs is not None and all(s.fully_defined for s in n.out_specs):
+                allocs = [f"{'NPEMPTY' if plain(o, s) else 'EMPTY'}"
+                          f"({tuple(s.shape)!r}, {bind(s.dtype, 'DT', f'{i}_{k}')})"
+                          for k, (o, s) in enumerate(zip(outs, n.out_specs))]
+                make = f"[{', '.join(allocs)}]"
+            else:   # shapes known only at run time (a Keras fit step's batch): its shape fn
+                allocs = []   # (a fused node sizes its own output)
+                make = f"RUNK({bind(n.shape_fn, 'SF', i)}, a, {attrs})"
             if kind == "fused":
                 call = f"o = {fn}(a, {bind(n.out_specs, 'SP', i)}, out={{}})"
                 if n.inplace is not None:
@@ -102,50 +108,17 @@ def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None, run_
                 else:
                     body.append(call.format("None"))
             else:
-                attrs = bind(n.attrs, "A", i)
                 if n.inplace is not None:
                     b = ins[n.inplace]
                     body += [f"if {writable_expr(b)}:",
                              f"    o = [{b}]",
                              "else:",
-                             f"    o = [{', '.join(allocs)}]"]
+                             f"    o = {make}"]
                 else:
-                    body.append(f"o = [{', '.join(allocs)}]")
+                    body.append(f"o = {make}")
                 body.append(f"{fn}(a, o, {attrs})")
             body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
             if kind == "kernel":
-                node = bind(n, "N", i)
-                body = ["try:"] + ["    " + b for b in body] + [
-                    "except UNSUPPORTED as u:",
-                    f"    o = DECLINED({node}, [vals[s] for s in {list(n.inputs)!r}], u)"] + [
-                    f"    vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
-        elif kind in ("kernel", "fused") and run_kernel is not None:
-            # shapes known only at run time (a Keras fit step's batch): what the interpreter's
-            # execute() does, without its frames: the shape function sizes the outputs
-            arrays = "[" + ", ".join(_arr(v) for v in ins) + "]"
-            body += reads + [f"a = {arrays}"]
-            if kind == "fused":
-                call = f"o = {bind(n.fn, 'F', i)}(a, {bind(n.out_specs, 'SP', i)}, out={{}})"
-                if n.inplace is not None:
-                    b = ins[n.inplace]
-                    body += [f"b = {b} if {writable_expr(b)} else None", call.format("b")]
-                else:
-                    body.append(call.format("None"))
-                body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
-            else:
-                attrs = bind(n.attrs, "A", i)
-                run = (f"o = RUNK({bind(n.kdef, 'KD', i)}, {bind(n.shape_fn, 'SF', i)}, a, "
-                       f"{attrs})")
-                if n.inplace is not None:
-                    b = ins[n.inplace]
-                    body += [f"if {writable_expr(b)}:",
-                             f"    o = [a[{n.inplace}]]",
-                             f"    {bind(n.kdef.fn, 'F', i)}(a, o, {attrs})",
-                             "else:",
-                             f"    {run}"]
-                else:
-                    body.append(run)
-                body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
                 node = bind(n, "N", i)
                 body = ["try:"] + ["    " + b for b in body] + [
                     "except UNSUPPORTED as u:",
@@ -217,17 +190,17 @@ def _chunked(blocks):
 
 
 def build(prog, step, declined, as_numpy, empty, view, view_ops, small_bytes=0, plain_below=0,
-          tensorflow=None, run_kernel=None):
+          tensorflow=None, out_shapes=None):
     """The compiled driver of a finalized program: drive(vals, failed) -> None when every node
     ran, or (index, exception): node `index` raised `exception` (None: the interpreter already
     recorded a failure before node `index`). `view(node, arrays)` runs a view op.
     `tensorflow`: (direct, execute, as_tensor, read_variables) to run plain TensorFlow nodes
     without the interpreter's frames under TensorFlow's stack capture (see `source`)."""
     direct, xs, at, rv = tensorflow if tensorflow is not None else (None, None, None, None)
-    src, env = source(prog, view, view_ops, small_bytes, plain_below, direct, run_kernel)
+    src, env = source(prog, view, view_ops, small_bytes, plain_below, direct, out_shapes)
     env.update(ND=BUFFER, HL=HostList, AS=as_numpy, EMPTY=empty, NPEMPTY=np.empty, STEP=step,
                DECLINED=declined, UNSUPPORTED=Unsupported, XS=xs, AT=at, RV=rv,
-               RUNK=run_kernel)
+               RUNK=out_shapes)   # run-time kernel outputs
     code = compile(src, f"<driver {prog.name}>", "exec")
     exec(code, env)
     drive = env["drive"]

@@ -14,12 +14,6 @@ PRODUCERS = {"MatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "DepthwiseCon
              "Einsum"}
 
 
-def _same_full_spec(prog, a, b):
-    sa, sb = prog.slot_specs.get(a), prog.slot_specs.get(b)
-    return (sa is not None and sb is not None and sa.fully_defined and sa.shape == sb.shape
-            and sa.dtype == sb.dtype)
-
-
 def _same_spec(prog, a, b):
     """Equal specs, unknown dimensions allowed (where the same ones are unknown): a Keras fit
     step's batch dimension comes from IteratorGetNext inside the function, so none of its
@@ -28,6 +22,10 @@ def _same_spec(prog, a, b):
     sa, sb = prog.slot_specs.get(a), prog.slot_specs.get(b)
     return (sa is not None and sb is not None and sa.shape is not None
             and tuple(sa.shape) == tuple(sb.shape) and sa.dtype == sb.dtype)
+
+
+def _same_full_spec(prog, a, b):
+    return _same_spec(prog, a, b) and prog.slot_specs[a].fully_defined
 
 
 def run(prog):

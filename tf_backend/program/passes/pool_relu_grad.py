@@ -67,9 +67,7 @@ def _merge(m, r, b, fused, dtype):
         else:   # sized by the pool's input: the gradient's shape, the bias gradient's [C]
             x = ins[0]
             bufs = [alloc.empty(x.shape, dtype)] + (
-                [alloc.empty(x.shape[-1:], dtype)] if b is not None and x.ndim == 4 else [])
-            if b is not None and len(bufs) != 2:
-                return _in_turn(ins)
+                [alloc.empty(x.shape[-1:], dtype)] if b is not None else [])
         try:
             if fused.max_pool_grad_relu(ins, bufs[0], m.attrs,
                                         bufs[1] if b is not None else None):

@@ -10,6 +10,8 @@ edges in the run's order, so each variable sees the same sequence of reads and w
 before. Aliases between the members (forwarded reads) move after the group; a member reading
 an alias's value reads its source.
 """
+import math
+
 from ... import tf_adapter as tfa
 from ..ir import Node
 from .batch_reads import redirect_ctrl
@@ -34,13 +36,8 @@ def _freeze(v):
 
 
 def _big(prog, slot):
-    sp = prog.slot_specs.get(slot)
-    if sp is None or not sp.fully_defined or sp.dtype.kind == "O":
-        return False
-    size = 1
-    for d in sp.shape:
-        size *= d
-    return size >= GROUP_MAX_ELEMENTS
+    sp = prog.slot_specs.get(slot)   # (a resource handle is a scalar)
+    return sp is not None and sp.fully_defined and math.prod(sp.shape) >= GROUP_MAX_ELEMENTS
 
 
 def _ops(n, handles, prog):
