@@ -288,3 +288,33 @@ def test_a_multi_worker_steps_tensorflow_choice_is_not_recorded(monkeypatch):
         p = NS(nodes=[NS(op=op, subs=())], choice="tensorflow")
         functions._keep(NS(dynamic=(), graph=object(), choice_key=op), p, trial, [])
     assert [r[0] for r in recorded] == ["AddV2"]
+
+
+def test_a_function_reading_an_iterator_takes_each_batch_once(measuring):
+    """A function whose data comes from an iterator (a Keras fit step) has its IteratorGetNext
+    hoisted in front of the program (lower.hoist_prologue): the side that runs a call is decided
+    before the batch is taken, so while the two sides alternate every call still gets the next
+    batch, in order, once; and the choice is the function's, whatever the batch's shape."""
+    xv = np.arange(2 * 60, dtype=np.float32).reshape(60, 2)
+
+    @tf.function
+    def take(it):
+        x = next(it)
+        return tf.reduce_sum(x * 2.0 + 1.0, axis=1)
+
+    def data():
+        return iter(tf.data.Dataset.from_tensor_slices(xv).batch(3).repeat())
+    tf_backend.disable()
+    it = data()
+    n = _trial_calls() + 4
+    ref = [take(it).numpy() for _ in range(n)]
+    functions.clear_cache()
+    tf_backend.enable()
+    it = data()
+    got = [take(it).numpy() for _ in range(n)]
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)
+    c = next(c for c in functions._cache.values() if "take" in c.name)
+    assert [n.op for n, _ in c.prologue] == ["IteratorGetNext"]
+    f = _choice("take")
+    assert f is not None and f["choice"]["runs"] in ("ours", "tensorflow")

@@ -827,11 +827,13 @@ def test_loop_invariant_reads_once_per_loop_run_and_never_past_a_write(tf):
     assert not any("loop_reads" in n for k, n in notes.items() if "writes" in k), notes
 
 
-def test_driver_runs_nodes_with_run_time_shapes_inline(tf):
+def test_driver_runs_nodes_with_run_time_shapes_inline(tf, monkeypatch):
     """Kernel and fused nodes whose output shapes are known only at run time (a batch from a
-    dataset iterator inside the function, as in Keras fit) run in the generated driver, sized
-    by their shape functions, not through the interpreter's step; results are stock's, for
-    each batch size the iterator yields, and a kernel error is still stock's error class."""
+    dataset iterator inside the function, as in Keras fit, past the specialisations' limit)
+    run in the generated driver, sized by their shape functions, not through the interpreter's
+    step; results are stock's, for each batch size the iterator yields, and a kernel error is
+    still stock's error class."""
+    monkeypatch.setattr(functions, "MAX_SPECIALIZED", 0)   # the generic program runs
     rng = np.random.default_rng(5)
     xv = rng.standard_normal((10, 6)).astype(np.float32)
     w = tf.constant(rng.standard_normal((6, 3)).astype(np.float32))
@@ -866,3 +868,47 @@ def test_driver_runs_nodes_with_run_time_shapes_inline(tf):
     with tf_backend.enabled():
         with pytest.raises(tf.errors.InvalidArgumentError):
             bad(data())
+
+
+def test_a_batch_from_an_iterator_selects_a_specialised_program(tf):
+    """A function reading its batch from an iterator (a Keras fit, evaluate or predict step):
+    IteratorGetNext runs in front of the program (lower.hoist_prologue) and each batch shape
+    gets a program with static shapes everywhere, as a function input would; results, the
+    last partial batch and the exhausted iterator's error are stock's, and the ledger counts
+    the hoisted op as TensorFlow's, once per call."""
+    rng = np.random.default_rng(9)
+    xv = rng.standard_normal((10, 6)).astype(np.float32)
+    w = tf.constant(rng.standard_normal((6, 3)).astype(np.float32))
+
+    @tf.function
+    def hoisted(it):
+        x = next(it)
+        h = tf.nn.relu(tf.matmul(x, w) + 1.0)
+        return tf.reduce_sum(h * h, axis=1), tf.transpose(h) * 2.0
+
+    def data():
+        return iter(tf.data.Dataset.from_tensor_slices(xv).batch(4))   # batches 4, 4, 2
+    tf_backend.disable()
+    it = data()
+    ref = [[np.asarray(t) for t in hoisted(it)] for _ in range(3)]
+    with pytest.raises(tf.errors.OutOfRangeError):
+        hoisted(it)
+    functions.clear_cache()
+    tf_backend.reset_stats()
+    with tf_backend.enabled():
+        it = data()
+        got = [[np.asarray(t) for t in hoisted(it)] for _ in range(3)]
+        with pytest.raises(tf.errors.OutOfRangeError):
+            hoisted(it)
+        c = next(c for c in functions._cache.values() if "hoisted" in c.name)
+        stats = tf_backend.stats()
+    for g, r in zip(got, ref):
+        _close(g, r)
+    assert [n.op for n, _ in c.prologue] == ["IteratorGetNext"]
+    assert not any(n.op == "IteratorGetNext" for n in c.program.nodes)
+    assert sorted(c.specialized) == [((2, 6),), ((4, 6),)]
+    for prog in c.specialized.values():
+        assert prog.prologue and all(prog.slot_specs[s].fully_defined for s in prog.inputs
+                                     if prog.slot_specs[s].dtype.kind != "O")
+        assert all(n.out_specs is not None for n in prog.nodes if n.kind == "kernel")
+    assert stats["ops"]["IteratorGetNext"]["fallback"] == 3

@@ -21,7 +21,7 @@ _lock = threading.Lock()
 
 class Compiled:
     __slots__ = ("name", "program", "reason", "const_outputs", "strict_violations", "graph",
-                 "dynamic", "specialized", "bound", "choice_key")
+                 "dynamic", "specialized", "bound", "choice_key", "prologue", "last")
 
     def __init__(self, name, program=None, reason=None):
         self.name, self.program, self.reason = name, program, reason
@@ -32,6 +32,11 @@ class Compiled:
         self.dynamic = ()        # input positions whose static shape has unknown dims
         self.specialized = {}    # concrete shapes of those inputs -> Program
         self.bound = None        # on a device (DEVICE): the program bound to it (on_device.py)
+        # hoisted nodes (lower.hoist_prologue): (node, positions of its inputs in the args);
+        # their outputs extend the args. The choice between our executor and TensorFlow is
+        # then the generic program's, made before the prologue takes its batch
+        self.prologue = ()
+        self.last = None         # with a prologue: the program its latest call ran
 
 
 MAX_SPECIALIZED = 8
@@ -78,7 +83,7 @@ def compile_function(name, graph, device=None):
             bound = on_device.compile_program(graph, name, device)
             prog = bound.program
         else:
-            prog = lower.lower(graph, name)
+            prog = lower.hoist_prologue(lower.lower(graph, name))
             _dump(prog, "before")
             passes.optimize(prog)
         _dump(prog, "after")
@@ -95,6 +100,7 @@ def compile_function(name, graph, device=None):
     c.graph, c.bound = graph, bound
     c.const_outputs = {i for i, s in enumerate(prog.outputs) if s in prog.consts}
     c.strict_violations = _eligible_fallbacks(prog)
+    c.prologue = tuple((n, [prog.inputs.index(s) for s in n.inputs]) for n in prog.prologue)
     c.dynamic = tuple(i for i, s in enumerate(prog.inputs)
                       if prog.slot_specs[s].dtype.kind != "O" and not prog.slot_specs[s].fully_defined)
     ledger.function_compiled(name, _node_summary(prog), None, time.perf_counter() - t0)
@@ -106,6 +112,8 @@ def specialize(c, shapes):
     allocation without shape fns, fusion plans and buffer reuse decided once)."""
     try:
         prog = lower.lower(c.graph, c.name)
+        if c.prologue:
+            lower.hoist_prologue(prog)
         for i, shape in zip(c.dynamic, shapes):
             s = prog.inputs[i]
             prog.slot_specs[s] = Spec(shape, prog.slot_specs[s].dtype)
@@ -226,53 +234,61 @@ def on_call(atomic_fn, args):
             raise _to_tf_error(executor.Failed(e.exc, e.node, ins), name) from None
         ledger.function_called(name, fallback=False)
         return outs
-    prog = _program_for(c, args)
-    _last[0] = prog
+    # ctl: the program whose choice and waits decide this call. With a prologue it is the
+    # generic program: the side must be known before the prologue takes a batch from its
+    # iterator (TensorFlow's run of the function would take another)
+    ctl = c.program if c.prologue else _program_for(c, args)
+    _last[0] = ctl
     trial = None
-    if prog.waited:
-        if executor.compiles_pending() and not _kernel_state(prog):
+    if ctl.waited:
+        if executor.compiles_pending() and not _kernel_state(ctl):
             # its last run waited on compiles still running in a child (kernels declined,
             # loops or regions interpreted): until they are ready TensorFlow runs the whole
             # function, at its own speed, rather than our interpreter around them
             ledger.function_called(name, fallback=True)
             return None
-        prog.waited = False
-    if prog.choice is not None:
-        if prog.choice == "tensorflow":
-            if not c.dynamic:
+        ctl.waited = False
+    if ctl.choice is not None:
+        if ctl.choice == "tensorflow":
+            if not c.dynamic or c.prologue:
                 tfa.set_function_note(atomic_fn, (dispatch.mode, _generation[0], device_name,
-                                                  weakref.ref(prog), name))
+                                                  weakref.ref(ctl), name))
             ledger.function_called(name, fallback=True)
             return None
-        prog.choice_calls += 1
-        if prog.choice_calls >= prog.choice_recheck and CHOICE in MEASURING:
-            _retrial(prog)
-    elif CHOICE in MEASURING and dispatch.mode == "on" and not trace.ON and _settled(prog):
-        if prog.choice_trial is None and _kernel_state(prog):
-            prog.choice = "ours"
+        ctl.choice_calls += 1
+        if ctl.choice_calls >= ctl.choice_recheck and CHOICE in MEASURING:
+            _retrial(ctl)
+    elif (CHOICE in MEASURING and dispatch.mode == "on" and not trace.ON
+          and _settled(c.last or ctl)):
+        if ctl.choice_trial is None and _kernel_state(ctl):
+            ctl.choice = "ours"
         else:
-            trial = prog.choice_trial
+            trial = ctl.choice_trial
             if trial is None:
-                trial = prog.choice_trial = _new_trial()
+                trial = ctl.choice_trial = _new_trial()
         if trial is not None:
             t_start = time.perf_counter()
             if trial["side"] != "ours":
                 outs = tfa.call_function_stock(atomic_fn, args)
-                _trial_step(prog, name, trial, time.perf_counter() - t_start)
-                _keep(c, prog, trial, args)
+                _trial_step(ctl, name, trial, time.perf_counter() - t_start)
+                _keep(c, ctl, trial, args)
                 ledger.function_called(name, fallback=True)
                 return outs
     t0 = trace.now() if trace.ON else 0.0
     waits = executor.compile_waits()
+    prog, run_args = ctl, args
     try:
-        outs = tfa.call_below_capture(executor.run, prog, args)
+        if c.prologue:
+            run_args = _run_prologue(c, args)
+            prog = c.last = _program_for(c, run_args)
+        outs = tfa.call_below_capture(executor.run, prog, run_args)
     except executor._Raise as e:
         raise _to_tf_error(e.failed, name) from None
     finally:
         if trace.ON:
             trace.span(name, "function", t0, device="CPU:0", shapes=trace.shapes(args))
     if executor.compile_waits() != waits:
-        prog.waited = True
+        ctl.waited = True
     ledger.function_called(name, fallback=False)
     result = []
     for i, v in enumerate(outs):
@@ -282,9 +298,22 @@ def on_call(atomic_fn, args):
             v = tfa.make_tensor_any(v)
         result.append(v)
     if trial is not None:
-        _trial_step(prog, name, trial, time.perf_counter() - t_start)
-        _keep(c, prog, trial, args)
+        _trial_step(ctl, name, trial, time.perf_counter() - t_start)
+        _keep(c, ctl, trial, args)
     return result
+
+
+def _run_prologue(c, args):
+    """The args extended by the hoisted nodes' outputs (TensorFlow's kernels, in order; an
+    exhausted iterator raises TensorFlow's OutOfRangeError here, as the function would)."""
+    args = list(args)
+    for node, at in c.prologue:
+        t0 = trace.now() if trace.ON else 0.0
+        args.extend(executor._stock(node, [args[i] for i in at]))
+        if trace.ON:
+            trace.span(node.name, "node", t0, op=node.op, kind=node.kind, path="fallback",
+                       device="CPU:0", shapes=trace.shapes(args[-len(node.outputs):]))
+    return args
 
 
 RECORDED = "recorded_choice"   # Compiled.reason of a function an earlier process gave to TF
@@ -310,9 +339,10 @@ def _recorded_or_compiled(name, graph, device, args):
 
 
 def _keep(c, prog, trial, args):
-    """After a trial step: TensorFlow's choice of a function of static shapes is recorded for
-    later processes (choices.py)."""
-    if (prog.choice != "tensorflow" or c.dynamic or c.graph is None or _has_collectives(prog)
+    """After a trial step: TensorFlow's choice of a function of static shapes (or one whose
+    data comes from its prologue: the choice is the function's) is recorded for later
+    processes (choices.py)."""
+    if (prog.choice != "tensorflow" or (c.dynamic and not c.prologue) or c.graph is None or _has_collectives(prog)
             or CHOICE not in MEASURING):
         return
     if c.choice_key is None:

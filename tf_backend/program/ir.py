@@ -60,6 +60,8 @@ class Program:
         self.slot_specs = {}    # slot -> shape_fns.Spec (static; may have unknown dims)
         self.slot_names = {}    # slot -> "node:idx" for dumps and errors
         self.notes = []         # pass log: what each pass did
+        self.prologue = []      # stock nodes run before the program, on its first inputs;
+        #                         their outputs are its last inputs (lower.hoist_prologue)
         self.fusions = 0
         self.parallel = False   # independent heavy nodes exist (schedule pass)
         self.schedule_trial = None   # executor: serial vs concurrent times while measuring
@@ -152,8 +154,9 @@ class Program:
         return self
 
     def counted_nodes(self):
-        """The nodes as the ledger counts them: a memo's, region's or TensorFlow group's inner
-        nodes in its place."""
+        """The nodes as the ledger counts them: the prologue first, a memo's, region's or
+        TensorFlow group's inner nodes in its place."""
+        yield from self.prologue
         for n in self.nodes:
             if n.kind in ("memo", "region") or "group" in n.attrs:
                 yield from n.attrs["nodes"]
@@ -170,6 +173,9 @@ class Program:
 
         lines = [f"program {self.name}  ({len(self.nodes)} nodes, {self.n_slots} slots)",
                  "  inputs: " + ", ".join(slot(s) for s in self.inputs)]
+        for n in self.prologue:
+            lines.append(f"  prologue: {', '.join(slot(s) for s in n.outputs)} = "
+                         f"{n.kind}:{n.op}({', '.join(f'%{s}' for s in n.inputs)})  [{n.name}]")
         for n in self.nodes:
             extra = []
             if n.kind == "kernel" and n.kdef is not None:

@@ -88,6 +88,37 @@ def _lower(graph, name):
     return prog.finalize()
 
 
+# Ops that fetch a function's data: a Keras fit/evaluate/predict step reads its batch from an
+# iterator inside the function, so every shape after it has an unknown batch dimension and the
+# program cannot be specialised on the function's own inputs (an iterator handle). Such a node
+# is hoisted out of the program (Program.prologue): it runs first (functions.on_call), its
+# outputs become extra program inputs, and a batch of concrete shape selects a program
+# specialised for it, as a function input of that shape does.
+PROLOGUE_OPS = ("IteratorGetNext",)
+
+
+def hoist_prologue(prog):
+    """Move the top-level PROLOGUE_OPS nodes that read only program inputs, wait on nothing,
+    are read by no earlier node's inputs (the same iterator) and have outputs of unknown shape
+    into prog.prologue; their outputs are appended to prog.inputs, in order."""
+    ins, used, keep = set(prog.inputs), set(), []
+    for n in prog.nodes:
+        if (n.kind == "stock" and n.op in PROLOGUE_OPS and not n.ctrl and n.inputs
+                and all(s in ins and s not in used for s in n.inputs)
+                and any(not prog.slot_specs[s].fully_defined for s in n.outputs)):
+            prog.prologue.append(n)
+            prog.inputs.extend(n.outputs)
+            continue
+        used.update(n.inputs)
+        keep.append(n)
+    if prog.prologue:
+        prog.nodes = keep
+        prog.notes.append("prologue: " + ", ".join(f"{n.op} [{n.name}]" for n in prog.prologue)
+                          + " runs before the program; its outputs are inputs")
+        prog.finalize()
+    return prog
+
+
 def _spec(t):
     shape = None if t.shape.rank is None else tuple(t.shape.as_list())
     dt = t.dtype.as_numpy_dtype if t.dtype.is_numpy_compatible else np.object_
