@@ -217,3 +217,39 @@ def test_tile_calls_have_a_name_per_variant():
         names.update(bf16_gemm._by_rows(s, f"_tiles_{key}_{i}").py_func.__qualname__
                      for i, s in enumerate(sets))
     assert len(names) == 2 + 2 + 3 and not any("<locals>" in n for n in names)
+
+
+@pytest.mark.parametrize("M,K,N", [(1, 1, 16), (5, 7, 32), (6, 64, 48), (13, 300, 64),
+                                   (64, 784, 256), (70, 33, 80), (200, 129, 144)])
+@pytest.mark.parametrize("strided", [False, True])
+def test_products_reading_b_in_place(M, K, N, strided):
+    """bf16_gemm.matmul_f32_into: out = a @ b (+ bias, Relu) with B read in place, rows of a, b
+    and out any number of elements apart; each output one FMA chain over K (the same bits at
+    one and two threads); a product it cannot read (N not a multiple of 16, a transposed b)
+    is declined."""
+    rng = np.random.default_rng(M * K + N)
+    pad = 3 if strided else 0
+    a = rng.standard_normal((M, K + pad)).astype(np.float32)[:, :K]
+    b = rng.standard_normal((K, N + 16 * pad)).astype(np.float32)[:, :N]
+    bias = rng.standard_normal(N).astype(np.float32)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    for relu in (False, True):
+        outs = []
+        for threads in (1, 2):
+            out = np.full((M, N + pad), np.nan, np.float32)[:, :N]
+            old = numba.get_num_threads()
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+            try:
+                assert bf16_gemm.matmul_f32_into(out, a, b, bias, relu)
+            finally:
+                numba.set_num_threads(old)
+            outs.append(out.copy())
+        np.testing.assert_array_equal(outs[0], outs[1])
+        want = exact + bias
+        if relu:
+            want = np.maximum(want, 0)
+        np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+    assert not bf16_gemm.matmul_f32_into(np.empty((M, N + 1), np.float32), a,
+                                         rng.standard_normal((K, N + 1)).astype(np.float32))
+    assert K == 1 or not bf16_gemm.matmul_f32_into(np.empty((M, N), np.float32), a,
+                                                   np.ascontiguousarray(b.T).T)

@@ -381,3 +381,41 @@ def test_kernel_choice_never_writes_inputs_and_keeps_thread_independent_bits(mon
         np.testing.assert_allclose(outs[0], a.astype(np.float64) @ b, rtol=1e-4,
                                    atol=1e-4 * np.sqrt(K))
     assert gemm.choice_stats()["shapes"] >= 2   # the largest has the team alone (SOLO_MAX)
+
+
+def test_float32_tiles_reading_b_in_place_are_a_candidate(monkeypatch, tmp_path):
+    """On AVX-512F the float32 tiles reading B in place (bf16_gemm.matmul_f32_into) join the
+    measured choice for products whose B rows are contiguous and N a multiple of 16; chosen,
+    they write the user's output: IEEE Inf and NaN kept, the same bits at one and two threads,
+    inputs untouched. A transposed B is no candidate."""
+    from kernels.cpu import bf16_gemm
+    if not bf16_gemm.runs_f32():
+        pytest.skip("the float32 tiles need AVX-512F")
+    _fresh_choices(monkeypatch, tmp_path)
+    measured = []
+    monkeypatch.setattr(gemm, "_measure", lambda *args: measured.append(args[-1]) or "tiles")
+    ran, real = [], gemm._tiles_into
+    monkeypatch.setattr(gemm, "_tiles_into", lambda *args: ran.append(1) or real(*args))
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((70, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 96)).astype(np.float32)
+    a[3, 7], a[5, 0], b[9, 40] = np.inf, np.nan, -np.inf
+    keep = a.copy(), b.copy()
+    outs = []
+    for threads in (1, 2):
+        out = np.full((70, 96), np.nan, np.float32)
+        _at_threads(threads, lambda: gemm.matmul(a, b, out))
+        outs.append(out)
+    assert measured[0][-1] == "tiles" and ran
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(a, keep[0])
+    np.testing.assert_array_equal(b, keep[1])
+    with np.errstate(invalid="ignore", over="ignore"):
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(outs[0]), np.isnan(exact))
+    fin = np.isfinite(exact)
+    np.testing.assert_array_equal(outs[0][~fin & ~np.isnan(exact)], exact[~fin & ~np.isnan(exact)])
+    np.testing.assert_allclose(outs[0][fin], exact[fin], rtol=1e-4, atol=1e-4 * np.sqrt(300))
+    measured.clear()
+    gemm.matmul(a, np.ascontiguousarray(b.T).T, np.empty((70, 96), np.float32))
+    assert measured and "tiles" not in measured[0]

@@ -63,7 +63,7 @@ def _phis(builder, ty, values, block):
     return out
 
 
-def _tile(mr, accumulate=False, nv=4, f32=False, strided=False):
+def _tile(mr, accumulate=False, nv=4, f32=False, strided=False, ldb=False):
     """An intrinsic computing C[0:mr, 0:min(64, ncols)] = sum over segments s of
     A_s[0:mr, 0:2kp] @ the panel's rows for s, accumulated in float32, + bias, Relu where relu
     is set, stored rounded to bfloat16: tile(a_addr, lda, offs_addr, nseg, kp, b_addr, c_addr,
@@ -78,15 +78,17 @@ def _tile(mr, accumulate=False, nv=4, f32=False, strided=False):
     float32 values, A read one value a step, FMA), the same segments and epilogue, no rounding.
     strided (float32, accumulate): A's values of a row are `relu` elements apart (A[r, p] at
     r * lda + p * relu), not adjacent.
+    ldb (float32, one segment): B is not packed but read in place, its rows a twelfth
+    argument's float32 elements apart (b: the panel's first column; every row of the panel
+    inside B: the caller's panels divide N).
     """
 
-    @intrinsic
-    def tile(typingctx, a, lda, offs, nseg, kp, b, c, ldc, ncols, bias, relu):
-        sig = types.void(*([types.intp] * 11))
+    def body(typingctx):
+        sig = types.void(*([types.intp] * (12 if ldb else 11)))
 
         def codegen(context, builder, signature, args):
             (a_addr, lda_v, offs_addr, nseg_v, kp_v, b_addr, c_addr, ldc_v, ncols_v, bias_addr,
-             relu_v) = args
+             relu_v) = args[:11]
             fl, i16, i32, i64 = ir.FloatType(), ir.IntType(16), ir.IntType(32), ir.IntType(64)
             vf = ir.VectorType(fl, 16)
             vi = ir.VectorType(i32, 16)
@@ -132,9 +134,16 @@ def _tile(mr, accumulate=False, nv=4, f32=False, strided=False):
             p = builder.phi(i64)
             p.add_incoming(k64(0), head)
             accs = _phis(builder, vf, seg_accs, head)
-            brow = builder.mul(builder.add(row0, p), k64(nv))
-            bs = [builder.bitcast(builder.load(builder.gep(b_p, [builder.add(brow, k64(j))]),
-                                               align=4), vf if f32 else vb) for j in range(nv)]
+            if ldb:     # row (row0 + p) of B in place: ldb float32 values a row
+                b_f = builder.inttoptr(b_addr, fl.as_pointer())
+                bel = builder.mul(builder.add(row0, p), args[11])
+                bs = [builder.load(builder.bitcast(builder.gep(b_f, [builder.add(
+                    bel, k64(16 * j))]), vf.as_pointer()), align=4) for j in range(nv)]
+            else:
+                brow = builder.mul(builder.add(row0, p), k64(nv))
+                bs = [builder.bitcast(builder.load(builder.gep(b_p, [builder.add(brow, k64(j))]),
+                                                   align=4), vf if f32 else vb)
+                      for j in range(nv)]
             news = []
             for r in range(mr):
                 if f32:     # A's value of the row, broadcast; acc + a * b, one rounding (FMA)
@@ -209,7 +218,13 @@ def _tile(mr, accumulate=False, nv=4, f32=False, strided=False):
 
         return sig, codegen
 
-    return tile
+    if ldb:
+        def tile(typingctx, a, lda, offs, nseg, kp, b, c, ldc, ncols, bias, relu, ldb_):
+            return body(typingctx)
+    else:
+        def tile(typingctx, a, lda, offs, nseg, kp, b, c, ldc, ncols, bias, relu):
+            return body(typingctx)
+    return intrinsic(tile)
 
 
 @functools.lru_cache(maxsize=None)
@@ -343,6 +358,101 @@ _MATMUL = (njit(cache=True, nogil=True)(_matmul), jit.parallel(_matmul))
 _PACK = (njit(cache=True, nogil=True)(_pack_b), jit.parallel(_pack_b))
 _PACK_F = (njit(cache=True, nogil=True)(_pack_f), jit.parallel(_pack_f))
 PARALLEL_MIN = 1 << 18    # multiply-adds below which one thread runs the product
+
+
+@functools.lru_cache(maxsize=None)
+def _ldb_set():
+    """float32 product tiles reading B in place (`_tile(..., ldb=True)`): 1..MR rows on 64-,
+    32- and 16-column panels (made when first typed, as _tile_set)."""
+    return tuple(tuple(_tile(m, nv=nv, f32=True, ldb=True) for m in range(1, MR + 1))
+                 for nv in (4, 2, 1))
+
+
+def _by_rows_ldb(tiles, name):
+    """A jitted call of the in-place-B tile of mr rows (1..MR) among `tiles` (one panel
+    width), named `name` (see jit.named); the panels divide N, so every store is whole."""
+    t1, t2, t3, t4, t5, t6 = tiles
+
+    def call(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb):
+        if mr == 6:
+            t6(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb)
+        elif mr == 5:
+            t5(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb)
+        elif mr == 4:
+            t4(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb)
+        elif mr == 3:
+            t3(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb)
+        elif mr == 2:
+            t2(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb)
+        else:
+            t1(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb)
+    return njit(inline="always")(jit.named(call, name))
+
+
+def _ldb_tile(mr, nr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb):
+    """The in-place-B float32 tile of mr rows (1..MR) on panels nr columns wide."""
+
+
+@overload(_ldb_tile)
+def _ldb_typed(mr, nr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb):
+    w, n, t = (_by_rows_ldb(tiles, f"_tiles_ldb_{width}")
+               for tiles, width in zip(_ldb_set(), (64, 32, 16)))
+
+    def impl(mr, nr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb):
+        if nr == NR:
+            w(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb)
+        elif nr == 32:
+            n(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb)
+        else:
+            t(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb)
+    return jit.named(impl, "_dispatch_ldb")
+
+
+def _matmul_ldb(a, b, c, bias, relu, nr):
+    """c[M, N] = a[M, K] @ b[K, N] (+ bias, Relu), float32, B read in place in panels nr
+    columns wide (nr divides N): a task is one panel's tile of MR rows, the tasks of one panel
+    adjacent (its K x nr block of B stays in the core's cache while its rows are done)."""
+    M, N = c.shape
+    K = a.shape[1]
+    lda, ldb, ldc = a.strides[0] // 4, b.strides[0] // 4, c.strides[0] // 4
+    n_pan = N // nr
+    mt = (M + MR - 1) // MR
+    offs = np.zeros(1, np.int64)
+    a0, b0, c0, o0, z0 = (a.ctypes.data, b.ctypes.data, c.ctypes.data, offs.ctypes.data,
+                          bias.ctypes.data)
+    for t in prange(mt * n_pan):
+        j = t // mt
+        r0 = (t - j * mt) * MR
+        _ldb_tile(min(MR, M - r0), nr, a0 + r0 * lda * 4, lda, o0, K, b0 + j * nr * 4,
+                  c0 + (r0 * ldc + j * nr) * 4, ldc, z0 + j * nr * 4, relu, ldb)
+
+
+_MATMUL_LDB = (njit(cache=True, nogil=True)(_matmul_ldb), jit.parallel(_matmul_ldb))
+
+
+def product_f32_eligible(a, b, out):
+    """Whether matmul_f32_into runs this float32 product: AVX-512F (runs_f32), rows of a, b
+    and out contiguous along their columns, N a multiple of 16, nothing empty."""
+    it = 4
+    return (a.dtype == b.dtype == out.dtype == np.float32 and a.ndim == b.ndim == 2
+            and a.strides[1] == it and b.strides[1] == it and out.strides[1] == it
+            and not (a.strides[0] % it or b.strides[0] % it or out.strides[0] % it)
+            and a.shape[0] and a.shape[1] and b.shape[1] and b.shape[1] % 16 == 0
+            and runs_f32())
+
+
+def matmul_f32_into(out, a, b, bias=None, relu=False):
+    """out[M, N] = a[M, K] @ b[K, N] (+ bias, Relu), float32, on the tiles with B read in
+    place (no packing: OpenBLAS packs B on every call); each output is one FMA chain over K
+    in order, whatever the threads. False where it does not apply (product_f32_eligible)."""
+    if not product_f32_eligible(a, b, out):
+        return False
+    M, K = a.shape
+    N = b.shape[1]
+    z = np.zeros(N, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32)
+    _MATMUL_LDB[1 if M * K * N >= PARALLEL_MIN else 0](a, b, out, z, int(relu),
+                                                       strided_width(N))
+    return True
 
 
 def available():

@@ -38,6 +38,7 @@ TEAM_MIN = 1 << 18      # multiply-adds; smaller products are not worth a parall
 BLOCK = 16              # row/column blocks are multiples of this (OpenBLAS's sgemm tile)
 ROWS_MIN = 32           # rows per block below which a product is cut into column blocks
 NT_ENABLED = True       # False: products with kept weights go to BLAS too (A/B runs)
+TILES_ENABLED = True    # False: the float32 tiles are no candidate of the choice (A/B runs)
 NT_ROWS_MAX = 128       # rows up to which a product with a kept weight runs `_nt`
 NT_MIN = 1 << 15        # multiply-adds below which `_nt` is not worth its parallel region
 # Products below this go straight to np.matmul, as the checks in `matmul` would send them (below
@@ -318,6 +319,19 @@ def _nn_ok(a, b, out, b_stays):
             and not np.may_share_memory(out, a) and not np.may_share_memory(out, b))
 
 
+def _tiles_can_run(a, b, out):
+    """Whether the float32 tiles reading B in place (bf16_gemm.matmul_f32_into) may run the
+    product: a candidate of the measured choice (CHOOSE; the fixed rule never picks them)."""
+    from kernels.cpu import bf16_gemm
+    return (CHOOSE and TILES_ENABLED and ENABLED and bf16_gemm.product_f32_eligible(a, b, out)
+            and not np.may_share_memory(out, a) and not np.may_share_memory(out, b))
+
+
+def _tiles_into(out, a, b):
+    from kernels.cpu import bf16_gemm
+    return bf16_gemm.matmul_f32_into(out, a, b)
+
+
 def _transposed(b):
     return np.ascontiguousarray(b.T)
 
@@ -348,10 +362,13 @@ def matmul(a, b, out, b_stays=False):
         run = _choices.get(key)
     if run is None:
         jobs = _team_jobs(a, b, out, M, K, N)
-        if bt is None and jobs is None:
+        tiles = _tiles_can_run(a, b, out)
+        if bt is None and jobs is None and not tiles:
             numpy_matmul(a, b, out)
             return
-        run = _choose(key, a, b, out, bt, jobs)
+        run = _choose(key, a, b, out, bt, jobs, tiles)
+    if run == "tiles" and _tiles_into(out, a, b):
+        return
     if run == "nt":
         _nt_team(a, bt, out)
         return
@@ -428,7 +445,7 @@ def _job_template(a, b, out, M, K, N):
 CHOOSE = True
 CHOICE_RUNS = 5
 SOLO_MAX = 1 << 22   # multiply-adds up to which np.matmul on one thread competes with the team
-_choices = {}            # key -> "nt" | "team" | "blas", this process
+_choices = {}            # key -> "nt" | "team" | "blas" | "tiles", this process
 _choice_stats = {"measured": 0, "loaded": 0, "won": {}}
 _choice_file = {"table": None}
 _choice_lock = threading.Lock()
@@ -444,11 +461,12 @@ def _choice_key(a, b, out, bt):
 
 
 _CHOICE_TABLE = "gemm_choice.json"   # in kernels.cache_dir(): {host key: {shape key: kernel}}
+CHOICE_VERSION = 2   # the candidates changed (2: the float32 tiles): choices measured anew
 
 
 def _host_key():
     from shape_fns.host import cpu_key
-    return f"{cpu_key()} pool={_blocks()}"
+    return f"{cpu_key()} pool={_blocks()} v{CHOICE_VERSION}"
 
 
 def _disk_table():
@@ -482,14 +500,14 @@ def _record(key, choice):
         pass
 
 
-def _choose(key, a, b, out, bt, jobs):
+def _choose(key, a, b, out, bt, jobs, tiles=False):
     # np.matmul on one thread is a candidate only where the team is one thread too or the
     # product is small enough for the team's wake-ups to matter: a measurement disturbed by
     # other work (two test workers on two cores) must not leave a large product at half speed
     # for good, as one left ResNet-50's 49 x 512 x 2048 products on one thread
     solo = jobs is None or len(jobs) == 1 or a.shape[0] * a.shape[1] * b.shape[1] < SOLO_MAX
     cands = (([] if bt is None else ["nt"]) + ([] if jobs is None else ["team"])
-             + (["blas"] if solo else []))
+             + (["blas"] if solo else []) + (["tiles"] if tiles else []))
     if key is None or len(cands) == 1:
         return cands[0]
     name = "|".join(map(str, key))
@@ -518,7 +536,8 @@ def _measure(a, b, bt, out, jobs, cands):
     fns = {"nt": lambda: _nt_team(a, bt, scratch),
            "team": lambda: _run(_team if len(jobs) > 1 and get_num_threads() > 1 else _one,
                                 jobs, double),
-           "blas": lambda: numpy_matmul(a, b, scratch)}
+           "blas": lambda: numpy_matmul(a, b, scratch),
+           "tiles": lambda: _tiles_into(scratch, a, b)}
     best = {c: float("inf") for c in cands}
     for c in cands:
         fns[c]()
