@@ -222,14 +222,16 @@ def test_tile_calls_have_a_name_per_variant():
 @pytest.mark.parametrize("M,K,N", [(1, 1, 16), (5, 7, 32), (6, 64, 48), (13, 300, 64),
                                    (64, 784, 256), (70, 33, 80), (200, 129, 144)])
 @pytest.mark.parametrize("strided", [False, True])
-def test_products_reading_b_in_place(M, K, N, strided):
+@pytest.mark.parametrize("ta", [False, True])
+def test_products_reading_b_in_place(M, K, N, strided, ta):
     """bf16_gemm.matmul_f32_into: out = a @ b (+ bias, Relu) with B read in place, rows of a, b
-    and out any number of elements apart; each output one FMA chain over K (the same bits at
-    one and two threads); a product it cannot read (N not a multiple of 16, a transposed b)
-    is declined."""
+    and out any number of elements apart, a possibly transposed (x^T @ dy of a Dense layer's
+    weight gradient); each output one FMA chain over K (the same bits at one and two threads);
+    a product it cannot read (N not a multiple of 16, a transposed b) is declined."""
     rng = np.random.default_rng(M * K + N)
     pad = 3 if strided else 0
-    a = rng.standard_normal((M, K + pad)).astype(np.float32)[:, :K]
+    a = (rng.standard_normal((K, M + pad)).astype(np.float32)[:, :M].T if ta else
+         rng.standard_normal((M, K + pad)).astype(np.float32)[:, :K])
     b = rng.standard_normal((K, N + 16 * pad)).astype(np.float32)[:, :N]
     bias = rng.standard_normal(N).astype(np.float32)
     exact = a.astype(np.float64) @ b.astype(np.float64)

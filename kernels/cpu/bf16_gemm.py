@@ -80,11 +80,12 @@ def _tile(mr, accumulate=False, nv=4, f32=False, strided=False, ldb=False):
     r * lda + p * relu), not adjacent.
     ldb (float32, one segment): B is not packed but read in place, its rows a twelfth
     argument's float32 elements apart (b: the panel's first column; every row of the panel
-    inside B: the caller's panels divide N).
+    inside B: the caller's panels divide N), and A's values of a row a thirteenth's apart
+    (1: adjacent; a transposed A: its rows adjacent, lda 1).
     """
 
     def body(typingctx):
-        sig = types.void(*([types.intp] * (12 if ldb else 11)))
+        sig = types.void(*([types.intp] * (13 if ldb else 11)))
 
         def codegen(context, builder, signature, args):
             (a_addr, lda_v, offs_addr, nseg_v, kp_v, b_addr, c_addr, ldc_v, ncols_v, bias_addr,
@@ -149,7 +150,8 @@ def _tile(mr, accumulate=False, nv=4, f32=False, strided=False, ldb=False):
                 if f32:     # A's value of the row, broadcast; acc + a * b, one rounding (FMA)
                     av = builder.load(builder.gep(a_s, [builder.add(
                         builder.mul(k64(r), lda_v),
-                        builder.mul(p, relu_v) if strided else p)]), align=4)
+                        builder.mul(p, relu_v) if strided else
+                        builder.mul(p, args[12]) if ldb else p)]), align=4)
                     sb = builder.shuffle_vector(
                         builder.insert_element(ir.Constant(vf, None), av,
                                                ir.Constant(i32, 0)), ir.Constant(vf, None), mask)
@@ -219,7 +221,7 @@ def _tile(mr, accumulate=False, nv=4, f32=False, strided=False, ldb=False):
         return sig, codegen
 
     if ldb:
-        def tile(typingctx, a, lda, offs, nseg, kp, b, c, ldc, ncols, bias, relu, ldb_):
+        def tile(typingctx, a, lda, offs, nseg, kp, b, c, ldc, ncols, bias, relu, ldb_, step):
             return body(typingctx)
     else:
         def tile(typingctx, a, lda, offs, nseg, kp, b, c, ldc, ncols, bias, relu):
@@ -373,38 +375,38 @@ def _by_rows_ldb(tiles, name):
     width), named `name` (see jit.named); the panels divide N, so every store is whole."""
     t1, t2, t3, t4, t5, t6 = tiles
 
-    def call(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb):
+    def call(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step):
         if mr == 6:
-            t6(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb)
+            t6(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
         elif mr == 5:
-            t5(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb)
+            t5(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
         elif mr == 4:
-            t4(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb)
+            t4(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
         elif mr == 3:
-            t3(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb)
+            t3(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
         elif mr == 2:
-            t2(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb)
+            t2(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
         else:
-            t1(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb)
+            t1(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
     return njit(inline="always")(jit.named(call, name))
 
 
-def _ldb_tile(mr, nr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb):
+def _ldb_tile(mr, nr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step):
     """The in-place-B float32 tile of mr rows (1..MR) on panels nr columns wide."""
 
 
 @overload(_ldb_tile)
-def _ldb_typed(mr, nr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb):
+def _ldb_typed(mr, nr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step):
     w, n, t = (_by_rows_ldb(tiles, f"_tiles_ldb_{width}")
                for tiles, width in zip(_ldb_set(), (64, 32, 16)))
 
-    def impl(mr, nr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb):
+    def impl(mr, nr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step):
         if nr == NR:
-            w(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb)
+            w(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step)
         elif nr == 32:
-            n(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb)
+            n(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step)
         else:
-            t(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb)
+            t(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step)
     return jit.named(impl, "_dispatch_ldb")
 
 
@@ -414,7 +416,7 @@ def _matmul_ldb(a, b, c, bias, relu, nr):
     adjacent (its K x nr block of B stays in the core's cache while its rows are done)."""
     M, N = c.shape
     K = a.shape[1]
-    lda, ldb, ldc = a.strides[0] // 4, b.strides[0] // 4, c.strides[0] // 4
+    lda, step, ldb, ldc = a.strides[0] // 4, a.strides[1] // 4, b.strides[0] // 4, c.strides[0] // 4
     n_pan = N // nr
     mt = (M + MR - 1) // MR
     offs = np.zeros(1, np.int64)
@@ -424,19 +426,22 @@ def _matmul_ldb(a, b, c, bias, relu, nr):
         j = t // mt
         r0 = (t - j * mt) * MR
         _ldb_tile(min(MR, M - r0), nr, a0 + r0 * lda * 4, lda, o0, K, b0 + j * nr * 4,
-                  c0 + (r0 * ldc + j * nr) * 4, ldc, z0 + j * nr * 4, relu, ldb)
+                  c0 + (r0 * ldc + j * nr) * 4, ldc, z0 + j * nr * 4, relu, ldb, step)
 
 
 _MATMUL_LDB = (njit(cache=True, nogil=True)(_matmul_ldb), jit.parallel(_matmul_ldb))
 
 
 def product_f32_eligible(a, b, out):
-    """Whether matmul_f32_into runs this float32 product: AVX-512F (runs_f32), rows of a, b
-    and out contiguous along their columns, N a multiple of 16, nothing empty."""
+    """Whether matmul_f32_into runs this float32 product: AVX-512F (runs_f32), rows of b and
+    out contiguous along their columns, a's rows or columns contiguous (a transposed view),
+    N a multiple of 16, nothing empty."""
     it = 4
     return (a.dtype == b.dtype == out.dtype == np.float32 and a.ndim == b.ndim == 2
-            and a.strides[1] == it and b.strides[1] == it and out.strides[1] == it
-            and not (a.strides[0] % it or b.strides[0] % it or out.strides[0] % it)
+            and it in a.strides and b.strides[1] == it and out.strides[1] == it
+            and min(a.strides) > 0
+            and not (a.strides[0] % it or a.strides[1] % it or b.strides[0] % it
+                     or out.strides[0] % it)
             and a.shape[0] and a.shape[1] and b.shape[1] and b.shape[1] % 16 == 0
             and runs_f32())
 
