@@ -1281,3 +1281,44 @@ def test_stock_runs_leave_a_big_update_its_own_eager_call(tf):
     with tf_backend.enabled():
         tf.function(step)(x)
     assert big.numpy()[0, 0] == -0.5 and all(v.numpy()[0] == 0.5 for v in small)
+
+
+@pytest.mark.parametrize("chosen", ["tiles", "team"])
+def test_float32_dense_relu_takes_bias_and_relu_in_the_tiles(tf, monkeypatch, chosen):
+    """A float32 MatMul + bias + Relu whose product gemm's measured choice runs on the float32
+    tiles gets the bias and Relu as each tile is stored (one pass over the output); where
+    another kernel is chosen, the three kernels run in turn. Results are the unfused kernels'
+    bits either way (a NaN row stays NaN through the Relu, as our Relu kernel and stock's
+    eager Relu keep it; stock's function fuses the three into one kernel whose Relu makes it
+    0) and stock's elsewhere."""
+    from kernels.cpu import bf16_gemm, gemm
+    if not bf16_gemm.runs_f32():
+        pytest.skip("the float32 tiles need AVX-512F")
+    monkeypatch.setattr(gemm, "CHOOSE", True)
+    monkeypatch.setattr(gemm, "RECORD", False)
+    monkeypatch.setattr(gemm, "_choices", {})
+    monkeypatch.setattr(gemm, "_choice_file", {"table": {}})
+    monkeypatch.setattr(gemm, "_measure", lambda *args: chosen if chosen in args[-1] else
+                        args[-1][0])
+    fused = []
+    real = bf16_gemm.matmul_f32_into
+    monkeypatch.setattr(bf16_gemm, "matmul_f32_into",
+                        lambda out, a, b, bias=None, relu=False:
+                        (fused.append(relu), real(out, a, b, bias, relu))[1])
+    rng = np.random.default_rng(21)
+    w = tf.constant(rng.standard_normal((96, 48)).astype(np.float32))
+    b = tf.constant(rng.standard_normal(48).astype(np.float32))
+    xv = rng.standard_normal((40, 96)).astype(np.float32)
+    xv[3, 5] = np.nan
+
+    def dense(x):
+        return tf.nn.relu(tf.nn.bias_add(tf.matmul(x, w), b))
+    x = tf.constant(xv)
+    ours = _run(tf, dense, x)[0]
+    assert (True in fused) == (chosen == "tiles")
+    plain = _run(tf, dense, x, disable="epilogue")[0]
+    np.testing.assert_array_equal(ours, plain)
+    ref = tf.function(dense)(x).numpy()
+    ok = ~np.isnan(xv).any(axis=1)
+    assert np.isnan(ours[~ok]).all()
+    np.testing.assert_allclose(ours[ok], ref[ok], rtol=1e-5, atol=1e-5)

@@ -327,6 +327,24 @@ def _tiles_can_run(a, b, out):
             and not np.may_share_memory(out, a) and not np.may_share_memory(out, b))
 
 
+def tiles_chosen(a, b, out, b_stays=False):
+    """Whether matmul runs this product on the float32 tiles (measuring its choice now if it
+    has none yet): a fused epilogue (bias, Relu) may then be applied in the tiles' registers
+    (bf16_gemm.matmul_f32_into) instead of in a pass of its own."""
+    M, K = a.shape
+    N = b.shape[1]
+    if M * N * K < TINY or not _tiles_can_run(a, b, out):
+        return False
+    bt = _nt_weight(a, b, out, b_stays)
+    if bt is None and _nn_ok(a, b, out, b_stays):
+        return False
+    key = _choice_key(a, b, out, bt)
+    run = _choices.get(key)
+    if run is None:
+        run = _choose(key, a, b, out, bt, _team_jobs(a, b, out, M, K, N), True)
+    return run == "tiles"
+
+
 def _tiles_into(out, a, b):
     from kernels.cpu import bf16_gemm
     return bf16_gemm.matmul_f32_into(out, a, b)

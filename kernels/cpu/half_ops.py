@@ -11,7 +11,7 @@ measures the differences against stock and states the tolerance where they are n
 import numpy as np
 
 from kernels import KERNELS, kernel
-from kernels.cpu import bf16_gemm, conv_ops, pooling_ops
+from kernels.cpu import bf16_gemm, conv_ops, gemm, pooling_ops
 from kernels.cpu.half_bits import narrow_into, widen
 from kernels.cpu.scratch import scratch
 from shape_fns.errors import InvalidArgumentError
@@ -88,10 +88,20 @@ def bias_relu_product(op, attrs, inputs, bias, out):
     """out = Relu(op(inputs) + bias) for a bfloat16 Conv2D or MatMul on the CPU's bfloat16 dot
     products, added and clipped in float32 before the one rounding (stock's fused oneDNN
     convolution), or a float32 NHWC Conv2D on the float32 tiles (conv_ops.conv_bias_relu: one
-    pass instead of three); None where that kernel does not run it (the caller runs the ops in
-    turn)."""
+    pass instead of three), or a float32 MatMul gemm runs on the tiles; None where that kernel
+    does not run it (the caller runs the ops in turn)."""
     if out.dtype == np.float32 and op == "Conv2D":
         return out if conv_ops.conv_bias_relu(inputs, bias, out, attrs) else None
+    if out.dtype == np.float32 and op == "MatMul":
+        # where gemm's measured choice runs the product on the float32 tiles, the bias and
+        # Relu are applied as the tile is stored (the same bits as the three kernels)
+        a, b = inputs
+        a = a.T if attrs["transpose_a"] else a
+        b = b.T if attrs["transpose_b"] else b
+        if (a.ndim != 2 or b.ndim != 2 or bias.shape != (out.shape[1],)
+                or not gemm.tiles_chosen(a, b, out, attrs.get("_filter_is_variable", False))):
+            return None
+        return out if bf16_gemm.matmul_f32_into(out, a, b, bias, relu=True) else None
     if out.dtype.name != "bfloat16" or not bf16_gemm.runs():
         return None
     if op == "MatMul":

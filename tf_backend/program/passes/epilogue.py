@@ -139,7 +139,7 @@ def _f32_bias_relu(prog, e):
     return 1
 
 
-F32_FUSED = {"Conv2D"}
+F32_FUSED = {"Conv2D", "MatMul"}
 HALF_FUSED = {"Conv2D", "MatMul"}
 BIAS_OPS = {"AddV2", "BiasAdd"}
 
