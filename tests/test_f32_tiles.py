@@ -255,3 +255,39 @@ def test_products_reading_b_in_place(M, K, N, strided, ta):
                                          rng.standard_normal((K, N + 1)).astype(np.float32))
     assert K == 1 or not bf16_gemm.matmul_f32_into(np.empty((M, N), np.float32), a,
                                                    np.ascontiguousarray(b.T).T)
+
+
+@pytest.mark.parametrize("x_shape,f_shape,strides,padding,dilations", [
+    ((1, 35, 35, 40), (3, 3, 40, 48), 2, "VALID", 1),
+    ((2, 17, 17, 24), (1, 7, 24, 32), 1, "SAME", 1),
+    ((3, 12, 12, 16), (3, 3, 16, 64), 1, "SAME", 2),
+    ((1, 9, 9, 8), (5, 5, 8, 16), 1, "SAME", 1)])
+def test_convolutions_read_the_filter_in_place(monkeypatch, x_shape, f_shape, strides, padding,
+                                               dilations):
+    """A float32 convolution whose output channels are a multiple of 16 reads the filter's rows
+    in place (bf16_gemm._conv_ldb) instead of packing it per call: the same bits as the packed
+    panels, with and without bias + Relu."""
+    rng = np.random.default_rng(sum(x_shape) + sum(f_shape))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    f = rng.standard_normal(f_shape).astype(np.float32)
+    b = rng.standard_normal(f_shape[3]).astype(np.float32)
+    attrs = {"strides": [1, strides, strides, 1], "padding": padding,
+             "dilations": [1, dilations, dilations, 1], "data_format": "NHWC",
+             "explicit_paddings": []}
+    _, _, g = conv_ops._geometry(x.shape, f.shape, attrs, "Conv2D", x.dtype)
+    outs = {}
+    for in_place in (True, False):
+        monkeypatch.setattr(bf16_gemm, "CONV_IN_PLACE", in_place)
+        for relu in (False, True):
+            out = np.full((x_shape[0], g.oh, g.ow, f_shape[3]), np.nan, np.float32)
+            bf16_gemm.conv2d(x, f, g, out, bias=b if relu else None, relu=relu)
+            outs[in_place, relu] = out
+    for relu in (False, True):
+        np.testing.assert_array_equal(outs[True, relu], outs[False, relu])
+    ref = tf_conv(x, f, strides, padding, dilations)
+    np.testing.assert_allclose(outs[True, False], ref, rtol=1e-4, atol=1e-4 * np.sqrt(f[..., 0].size))
+
+
+def tf_conv(x, f, strides, padding, dilations):
+    import tensorflow as tf
+    return tf.nn.conv2d(x, f, strides, padding, dilations=dilations).numpy()

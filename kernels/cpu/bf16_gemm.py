@@ -78,10 +78,10 @@ def _tile(mr, accumulate=False, nv=4, f32=False, strided=False, ldb=False):
     float32 values, A read one value a step, FMA), the same segments and epilogue, no rounding.
     strided (float32, accumulate): A's values of a row are `relu` elements apart (A[r, p] at
     r * lda + p * relu), not adjacent.
-    ldb (float32, one segment): B is not packed but read in place, its rows a twelfth
-    argument's float32 elements apart (b: the panel's first column; every row of the panel
-    inside B: the caller's panels divide N), and A's values of a row a thirteenth's apart
-    (1: adjacent; a transposed A: its rows adjacent, lda 1).
+    ldb (float32): B is not packed but read in place, its rows a twelfth argument's float32
+    elements apart (b: the panel's first column; every row of the panel inside B: the
+    caller's panels divide N; segment s reads rows s * kp ...), and A's values of a row a
+    thirteenth's apart (1: adjacent; a transposed A: its rows adjacent, lda 1).
     """
 
     def body(typingctx):
@@ -375,38 +375,38 @@ def _by_rows_ldb(tiles, name):
     width), named `name` (see jit.named); the panels divide N, so every store is whole."""
     t1, t2, t3, t4, t5, t6 = tiles
 
-    def call(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step):
+    def call(mr, pa, lda, o0, nseg, kp, pb, pc, ldc, z0, relu, ldb, step):
         if mr == 6:
-            t6(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
+            t6(pa, lda, o0, nseg, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
         elif mr == 5:
-            t5(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
+            t5(pa, lda, o0, nseg, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
         elif mr == 4:
-            t4(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
+            t4(pa, lda, o0, nseg, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
         elif mr == 3:
-            t3(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
+            t3(pa, lda, o0, nseg, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
         elif mr == 2:
-            t2(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
+            t2(pa, lda, o0, nseg, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
         else:
-            t1(pa, lda, o0, 1, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
+            t1(pa, lda, o0, nseg, kp, pb, pc, ldc, NR, z0, relu, ldb, step)
     return njit(inline="always")(jit.named(call, name))
 
 
-def _ldb_tile(mr, nr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step):
+def _ldb_tile(mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, z0, relu, ldb, step):
     """The in-place-B float32 tile of mr rows (1..MR) on panels nr columns wide."""
 
 
 @overload(_ldb_tile)
-def _ldb_typed(mr, nr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step):
+def _ldb_typed(mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, z0, relu, ldb, step):
     w, n, t = (_by_rows_ldb(tiles, f"_tiles_ldb_{width}")
                for tiles, width in zip(_ldb_set(), (64, 32, 16)))
 
-    def impl(mr, nr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step):
+    def impl(mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, z0, relu, ldb, step):
         if nr == NR:
-            w(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step)
+            w(mr, pa, lda, o0, nseg, kp, pb, pc, ldc, z0, relu, ldb, step)
         elif nr == 32:
-            n(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step)
+            n(mr, pa, lda, o0, nseg, kp, pb, pc, ldc, z0, relu, ldb, step)
         else:
-            t(mr, pa, lda, o0, kp, pb, pc, ldc, z0, relu, ldb, step)
+            t(mr, pa, lda, o0, nseg, kp, pb, pc, ldc, z0, relu, ldb, step)
     return jit.named(impl, "_dispatch_ldb")
 
 
@@ -425,7 +425,7 @@ def _matmul_ldb(a, b, c, bias, relu, nr):
     for t in prange(mt * n_pan):
         j = t // mt
         r0 = (t - j * mt) * MR
-        _ldb_tile(min(MR, M - r0), nr, a0 + r0 * lda * 4, lda, o0, K, b0 + j * nr * 4,
+        _ldb_tile(min(MR, M - r0), nr, a0 + r0 * lda * 4, lda, o0, 1, K, b0 + j * nr * 4,
                   c0 + (r0 * ldc + j * nr) * 4, ldc, z0 + j * nr * 4, relu, ldb, step)
 
 
@@ -599,6 +599,46 @@ def _conv(xp, bp, offs, KW, OH, OW, sh, sw, dh, pt, H, c, bias, relu):
 _CONV = (njit(cache=True, nogil=True)(_conv), jit.parallel(_conv))
 
 
+def _conv_ldb(xp, f2, offs, KW, OH, OW, sh, sw, dh, pt, H, c, bias, relu, nr):
+    """_conv in float32 with the filter read in place: f2 = f.reshape(KH * KW * C, O), its
+    rows of one tap adjacent, panels nr columns wide (nr divides O); no packing per call."""
+    N, Ce = xp.shape[0], xp.shape[3]
+    O = c.shape[1]
+    n_pan = O // nr
+    nseg = offs.shape[0]
+    KH = nseg // KW
+    lda = sw * Ce
+    ldc = c.strides[0] // 4
+    ldb = f2.strides[0] // 4
+    owb = (OW + MR - 1) // MR
+    rows = N * OH * owb
+    sn, sr = xp.strides[0] // 4, xp.strides[1] // 4
+    x0, b0, c0, o0 = xp.ctypes.data, f2.ctypes.data, c.ctypes.data, offs.ctypes.data
+    z0 = bias.ctypes.data
+    for t in prange(rows * n_pan):
+        j = t // rows
+        q = t - j * rows
+        nh = q // owb
+        ow0 = (q - nh * owb) * MR
+        n = nh // OH
+        oh = nh - n * OH
+        kh0, kh1 = 0, KH
+        while kh0 < KH and oh * sh + kh0 * dh < pt:
+            kh0 += 1
+        while kh1 > kh0 and oh * sh + (kh1 - 1) * dh >= pt + H:
+            kh1 -= 1
+        if kh0 == kh1:      # every tap in padding: sum them all (zeros)
+            kh0, kh1 = 0, KH
+        s0 = kh0 * KW
+        _ldb_tile(min(MR, OW - ow0), nr, x0 + (n * sn + oh * sh * sr + ow0 * sw * Ce) * 4,
+                  lda, o0 + s0 * 8, (kh1 - kh0) * KW, Ce, b0 + (s0 * Ce * ldb + j * nr) * 4,
+                  c0 + ((nh * OW + ow0) * ldc + j * nr) * 4, ldc, z0 + j * nr * 4, relu, ldb, 1)
+
+
+_CONV_LDB = (njit(cache=True, nogil=True)(_conv_ldb), jit.parallel(_conv_ldb))
+CONV_IN_PLACE = True   # False: float32 filters are packed per call as bfloat16's are (A/B runs)
+
+
 def _pad_rows(x, xp, pt, pl):
     """xp = x placed at (pt, pl) in zeros (channels beyond x's zero too)."""
     N, H, W, C = x.shape
@@ -660,10 +700,18 @@ def conv2d(x, f, g, out, bias=None, relu=False):
         _pad_copy(x, xp, g.pt, g.pl)
     else:
         xp = np.ascontiguousarray(x)
-    bp = pack_filter(f)
     offs = ((np.arange(KH, dtype=np.int64)[:, None] * (g.dh * Wp)
              + np.arange(KW, dtype=np.int64) * g.dw) * Ce).reshape(-1)
     c = out.reshape(N * g.oh * g.ow, O)
+    if x.dtype == np.float32 and O % 16 == 0 and CONV_IN_PLACE:
+        if c.shape[0]:   # the filter's rows read in place, as a product's B (_conv_ldb)
+            z = (np.zeros(O, np.float32) if bias is None
+                 else np.ascontiguousarray(bias, np.float32).reshape(-1))
+            _CONV_LDB[1 if c.shape[0] * KH * KW * Ce * O >= PARALLEL_MIN else 0](
+                xp, np.ascontiguousarray(f).reshape(KH * KW * C, O), offs, KW, g.oh, g.ow,
+                g.sh, g.sw, g.dh, g.pt, H, c, z, int(relu), strided_width(O))
+        return
+    bp = pack_filter(f)
     if c.shape[0]:
         _CONV[1 if c.shape[0] * KH * KW * Ce * O >= PARALLEL_MIN else 0](
             xp, bp, offs, KW, g.oh, g.ow, g.sh, g.sw, g.dh, g.pt, H, c, _bias(bias, bp),
