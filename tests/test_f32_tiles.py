@@ -122,7 +122,9 @@ def test_backprop_input(tf, spy, xs, fs, pad, dil, which):
     ((16, 32, 32, 3), (3, 3, 3, 64), "SAME", "backprop_filter_few_into"),
     ((8, 30, 30, 3), (5, 5, 3, 24), "VALID", "backprop_filter_few_into"),  # 15 rows: 3 tiles
 ])
-def test_backprop_filter(tf, spy, xs, fs, pad, which):
+def test_backprop_filter(tf, monkeypatch, spy, xs, fs, pad, which):
+    # the channels-first kernel alone (its NHWC rival, measured per shape, has its own test)
+    monkeypatch.setattr(conv_ops, "VARIANTS", False)
     rng = np.random.default_rng(2)
     x = rng.standard_normal(xs).astype(np.float32)
     y = tf.nn.conv2d(x, np.zeros(fs, np.float32), 1, pad)
@@ -291,3 +293,75 @@ def test_convolutions_read_the_filter_in_place(monkeypatch, x_shape, f_shape, st
 def tf_conv(x, f, strides, padding, dilations):
     import tensorflow as tf
     return tf.nn.conv2d(x, f, strides, padding, dilations=dilations).numpy()
+
+
+@pytest.mark.parametrize("x_shape,O,padding,dilation", [
+    ((6, 13, 13, 32), 64, "VALID", 1), ((4, 12, 12, 24), 32, "SAME", 1),
+    ((3, 15, 15, 16), 48, "SAME", 2)])
+@pytest.mark.parametrize("variant", ["channels_first", "nhwc"])
+def test_filter_gradient_variants_agree_with_stock(monkeypatch, x_shape, O, padding, dilation,
+                                                   variant):
+    """A float32 filter gradient on the tiles runs the channels-first kernel or the NHWC one
+    (the input read in place), whichever conv_ops measured faster for the shape: both give
+    stock's values, and a non-finite dy with padding goes to the channels-first kernel (the
+    NHWC one would multiply the padding's zeros by it)."""
+    import tensorflow as tf
+    from kernels.cpu import variants
+    monkeypatch.setattr(variants, "choose", lambda family, key, cands: variant)
+    rng = np.random.default_rng(sum(x_shape) + O)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    attrs = {"strides": [1, 1, 1, 1], "padding": padding, "dilations": [1, dilation, dilation, 1],
+             "data_format": "NHWC", "explicit_paddings": []}
+    f_shape = (3, 3, x_shape[3], O)
+    _, _, g = conv_ops._geometry(x.shape, f_shape, attrs, "Conv2D", x.dtype)
+    dy = rng.standard_normal((x_shape[0], g.oh, g.ow, O)).astype(np.float32)
+    df = np.full(f_shape, np.nan, np.float32)
+    conv_ops.backprop_filter_nhwc(x, dy, df, g)
+    ref = tf.raw_ops.Conv2DBackpropFilter(
+        input=x, filter_sizes=list(f_shape), out_backprop=dy, strides=[1, 1, 1, 1],
+        padding=padding, dilations=[1, dilation, dilation, 1]).numpy()
+    n = x_shape[0] * g.oh * g.ow
+    np.testing.assert_allclose(df, ref, rtol=1e-4, atol=1e-4 * np.sqrt(n))
+    if padding == "SAME":
+        dy[0, 0, 0, 0] = np.inf
+        ran = []
+        real = bf16_gemm.backprop_filter_few_into
+        monkeypatch.setattr(bf16_gemm, "backprop_filter_few_into",
+                            lambda *a, **k: ran.append(1) or real(*a, **k))
+        conv_ops.backprop_filter_nhwc(x, dy, df, g)
+        assert not ran
+
+
+def test_variant_choice_is_measured_once_recorded_and_reused(monkeypatch, tmp_path):
+    """kernels/cpu/variants.py: a key's first call times every candidate and keeps the fastest
+    for the process and on disk per CPU; a later process loads it without measuring;
+    TF_BACKEND_AUTOTUNE=measure measures again."""
+    import json
+    import time
+    from kernels.cpu import variants
+    monkeypatch.setenv("TF_BACKEND_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TF_BACKEND_GEMM_RECORD", "1")
+    monkeypatch.delenv("TF_BACKEND_AUTOTUNE", raising=False)
+    monkeypatch.setattr(variants, "_choices", {})
+    monkeypatch.setattr(variants, "_table", {"value": None})
+    calls = []
+
+    def cands():
+        return {"slow": lambda: calls.append("slow") or time.sleep(0.002),
+                "fast": lambda: calls.append("fast")}
+    assert variants.choose("fam", (1, 2), cands()) == "fast"
+    assert calls.count("slow") == variants.RUNS + 1
+    calls.clear()
+    assert variants.choose("fam", (1, 2), cands()) == "fast" and not calls
+    table = json.loads((tmp_path / variants.TABLE).read_text())
+    (host,) = table
+    assert table[host] == {"fam|1|2": "fast"}
+    table[host]["fam|1|2"] = "slow"          # a later process: the record, not a measurement
+    (tmp_path / variants.TABLE).write_text(json.dumps(table))
+    monkeypatch.setattr(variants, "_choices", {})
+    monkeypatch.setattr(variants, "_table", {"value": None})
+    assert variants.choose("fam", (1, 2), cands()) == "slow" and not calls
+    monkeypatch.setenv("TF_BACKEND_AUTOTUNE", "measure")
+    monkeypatch.setattr(variants, "_choices", {})
+    monkeypatch.setattr(variants, "_table", {"value": None})
+    assert variants.choose("fam", (1, 2), cands()) == "fast" and calls

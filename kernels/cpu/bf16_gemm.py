@@ -955,16 +955,21 @@ def backprop_input_valid_into(dx, f, dy, g):
 _FGRAD_FEW = (njit(cache=True, nogil=True)(_filter_grad_few),
               jit.parallel(_filter_grad_few))
 FEW_SEGMENTS = 256   # output rows a block of the few-channel filter gradient sums
+FEW_ROWS_MAX = 4 * MR   # (kw, c) rows of a filter row up to which it runs
 
 
-def backprop_filter_few_into(df, x, dy, g):
+def backprop_filter_few_into(df, x, dy, g, any_rows=False):
     """df (float32 [KH, KW, C, O]) = Conv2DBackpropFilter of a first layer (few input channels:
     KW * C rows, at most 4 tiles) with unit strides and width dilation; False where it
     does not apply (the caller's kernel runs it). Zero padding is a padded copy of x: a
-    non-finite dy would meet it (zeros times Inf), so only finite dy with padding."""
+    non-finite dy would meet it (zeros times Inf), so only finite dy with padding.
+    any_rows: any number of input channels (a filter row's KW * C rows in tiles of MR; the
+    input read in place, A's values a pixel apart), as one of the candidates conv_ops measures
+    against the channels-first kernel (backprop_filter_into)."""
     KH, KW, C, O = df.shape
     N, H, W, _ = x.shape
-    if (x.dtype != np.float32 or g.sh != 1 or g.sw != 1 or g.dw != 1 or KW * C > 4 * MR
+    if (x.dtype != np.float32 or g.sh != 1 or g.sw != 1 or g.dw != 1
+            or (KW * C > FEW_ROWS_MAX and not any_rows)
             or O < 16 or not df.size or not dy.size or dy.shape != (N, g.oh, g.ow, O)):
         return False
     padded = g.pt or g.pb or g.pl or g.pr
