@@ -260,15 +260,19 @@ def test_products_reading_b_in_place(M, K, N, strided, ta):
 
 
 @pytest.mark.parametrize("x_shape,f_shape,strides,padding,dilations", [
-    ((1, 35, 35, 40), (3, 3, 40, 48), 2, "VALID", 1),
+    ((1, 35, 35, 40), (3, 3, 40, 64), 2, "VALID", 1),
     ((2, 17, 17, 24), (1, 7, 24, 32), 1, "SAME", 1),
     ((3, 12, 12, 16), (3, 3, 16, 64), 1, "SAME", 2),
     ((1, 9, 9, 8), (5, 5, 8, 16), 1, "SAME", 1)])
 def test_convolutions_read_the_filter_in_place(monkeypatch, x_shape, f_shape, strides, padding,
                                                dilations):
-    """A float32 convolution whose output channels are a multiple of 16 reads the filter's rows
-    in place (bf16_gemm._conv_ldb) instead of packing it per call: the same bits as the packed
-    panels, with and without bias + Relu."""
+    """A float32 convolution of 16, 32 or 64 output channels reads the filter's rows in place
+    (bf16_gemm._conv_ldb: they are the one panel packing would copy out) instead of packing
+    it per call: the same bits as the packed panels, with and without bias + Relu."""
+    ran = []
+    real = bf16_gemm._CONV_LDB
+    monkeypatch.setattr(bf16_gemm, "_CONV_LDB", tuple(
+        (lambda fn: lambda *a: (ran.append(1), fn(*a))[1])(fn) for fn in real))
     rng = np.random.default_rng(sum(x_shape) + sum(f_shape))
     x = rng.standard_normal(x_shape).astype(np.float32)
     f = rng.standard_normal(f_shape).astype(np.float32)
@@ -284,6 +288,7 @@ def test_convolutions_read_the_filter_in_place(monkeypatch, x_shape, f_shape, st
             out = np.full((x_shape[0], g.oh, g.ow, f_shape[3]), np.nan, np.float32)
             bf16_gemm.conv2d(x, f, g, out, bias=b if relu else None, relu=relu)
             outs[in_place, relu] = out
+    assert len(ran) == 2   # the two in-place calls
     for relu in (False, True):
         np.testing.assert_array_equal(outs[True, relu], outs[False, relu])
     ref = tf_conv(x, f, strides, padding, dilations)

@@ -827,6 +827,22 @@ def test_loop_invariant_reads_once_per_loop_run_and_never_past_a_write(tf):
     assert not any("loop_reads" in n for k, n in notes.items() if "writes" in k), notes
 
 
+def _batch_fn(tf, seed):
+    """A tf.function reading a [?, 6] batch from an iterator, and a maker of iterators over 10
+    rows in batches of 4, 4, 2."""
+    rng = np.random.default_rng(seed)
+    xv = rng.standard_normal((10, 6)).astype(np.float32)
+    w = tf.constant(rng.standard_normal((6, 3)).astype(np.float32))
+
+    @tf.function
+    def batch_step(it):
+        x = next(it)
+        h = tf.nn.relu(tf.matmul(x, w) + 1.0)
+        return tf.reduce_sum(h * h, axis=1), tf.transpose(h) * 2.0
+
+    return batch_step, lambda: iter(tf.data.Dataset.from_tensor_slices(xv).batch(4))
+
+
 def test_driver_runs_nodes_with_run_time_shapes_inline(tf, monkeypatch):
     """Kernel and fused nodes whose output shapes are known only at run time (a batch from a
     dataset iterator inside the function, as in Keras fit, past the specialisations' limit)
@@ -834,18 +850,7 @@ def test_driver_runs_nodes_with_run_time_shapes_inline(tf, monkeypatch):
     step; results are stock's, for each batch size the iterator yields, and a kernel error is
     still stock's error class."""
     monkeypatch.setattr(functions, "MAX_SPECIALIZED", 0)   # the generic program runs
-    rng = np.random.default_rng(5)
-    xv = rng.standard_normal((10, 6)).astype(np.float32)
-    w = tf.constant(rng.standard_normal((6, 3)).astype(np.float32))
-
-    @tf.function
-    def f(it):
-        x = next(it)
-        h = tf.nn.relu(tf.matmul(x, w) + 1.0)
-        return tf.reduce_sum(h * h, axis=1), tf.transpose(h) * 2.0
-
-    def data():
-        return iter(tf.data.Dataset.from_tensor_slices(xv).batch(4))   # batches 4, 4, 2
+    f, data = _batch_fn(tf, 5)
     tf_backend.disable()
     it = data()
     ref = [[np.asarray(t) for t in f(it)] for _ in range(3)]
@@ -876,18 +881,7 @@ def test_a_batch_from_an_iterator_selects_a_specialised_program(tf):
     gets a program with static shapes everywhere, as a function input would; results, the
     last partial batch and the exhausted iterator's error are stock's, and the ledger counts
     the hoisted op as TensorFlow's, once per call."""
-    rng = np.random.default_rng(9)
-    xv = rng.standard_normal((10, 6)).astype(np.float32)
-    w = tf.constant(rng.standard_normal((6, 3)).astype(np.float32))
-
-    @tf.function
-    def hoisted(it):
-        x = next(it)
-        h = tf.nn.relu(tf.matmul(x, w) + 1.0)
-        return tf.reduce_sum(h * h, axis=1), tf.transpose(h) * 2.0
-
-    def data():
-        return iter(tf.data.Dataset.from_tensor_slices(xv).batch(4))   # batches 4, 4, 2
+    hoisted, data = _batch_fn(tf, 9)
     tf_backend.disable()
     it = data()
     ref = [[np.asarray(t) for t in hoisted(it)] for _ in range(3)]
@@ -900,7 +894,7 @@ def test_a_batch_from_an_iterator_selects_a_specialised_program(tf):
         got = [[np.asarray(t) for t in hoisted(it)] for _ in range(3)]
         with pytest.raises(tf.errors.OutOfRangeError):
             hoisted(it)
-        c = next(c for c in functions._cache.values() if "hoisted" in c.name)
+        c = next(c for c in functions._cache.values() if "batch_step" in c.name)
         stats = tf_backend.stats()
     for g, r in zip(got, ref):
         _close(g, r)
