@@ -46,6 +46,29 @@ def read_cache_json(name):
         return {}
 
 
+def host_choices(name, host):
+    """The measured choices kept in `name` (cache_dir()) for `host` (a CPU key), as a fresh
+    dict; empty when there are none or under TF_BACKEND_AUTOTUNE=measure (measure again)."""
+    if os.environ.get("TF_BACKEND_AUTOTUNE", "").strip().lower() == "measure":
+        return {}
+    whole = read_cache_json(name)
+    got = whole.get(host, {}) if isinstance(whole, dict) else {}
+    return got if isinstance(got, dict) else {}
+
+
+def record_choice(name, host, key, choice):
+    """Add one measured choice to `name` under `host`, re-reading the file first (another
+    process may have added some); a read-only cache directory keeps it for this process only."""
+    whole = read_cache_json(name)
+    if not isinstance(whole, dict):
+        whole = {}
+    whole.setdefault(host, {})[key] = choice
+    try:
+        write_cache_json(name, whole)
+    except OSError:
+        pass
+
+
 class CacheTable:
     """A JSON object kept as `name` in cache_dir(), read on first use (`value()`), written
     whole by `save()`, read again after `forget()` (autotune's and function choices)."""

@@ -111,9 +111,7 @@ def specialize(c, shapes):
     """A program compiled for concrete shapes of the dynamic inputs (static specs everywhere:
     allocation without shape fns, fusion plans and buffer reuse decided once)."""
     try:
-        prog = lower.lower(c.graph, c.name)
-        if c.prologue:
-            lower.hoist_prologue(prog)
+        prog = lower.hoist_prologue(lower.lower(c.graph, c.name))   # as compile_function
         for i, shape in zip(c.dynamic, shapes):
             s = prog.inputs[i]
             prog.slot_specs[s] = Spec(shape, prog.slot_specs[s].dtype)

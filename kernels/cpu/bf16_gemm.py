@@ -961,14 +961,14 @@ FEW_SEGMENTS = 256   # output rows a block of the few-channel filter gradient su
 FEW_ROWS_MAX = 4 * MR   # (kw, c) rows of a filter row up to which it runs
 
 
-def backprop_filter_few_into(df, x, dy, g, any_rows=False):
+def backprop_filter_few_into(df, x, dy, g, any_rows=False, dy_finite=False):
     """df (float32 [KH, KW, C, O]) = Conv2DBackpropFilter of a first layer (few input channels:
     KW * C rows, at most 4 tiles) with unit strides and width dilation; False where it
     does not apply (the caller's kernel runs it). Zero padding is a padded copy of x: a
     non-finite dy would meet it (zeros times Inf), so only finite dy with padding.
     any_rows: any number of input channels (a filter row's KW * C rows in tiles of MR; the
     input read in place, A's values a pixel apart), as one of the candidates conv_ops measures
-    against the channels-first kernel (backprop_filter_into)."""
+    against the channels-first kernel (backprop_filter_into). dy_finite: the caller checked."""
     KH, KW, C, O = df.shape
     N, H, W, _ = x.shape
     if (x.dtype != np.float32 or g.sh != 1 or g.sw != 1 or g.dw != 1
@@ -976,7 +976,7 @@ def backprop_filter_few_into(df, x, dy, g, any_rows=False):
             or O < 16 or not df.size or not dy.size or dy.shape != (N, g.oh, g.ow, O)):
         return False
     padded = g.pt or g.pb or g.pl or g.pr
-    if padded and _nonfinite(dy):
+    if padded and not dy_finite and _nonfinite(dy):
         return False
     Hp, Wp = H + g.pt + g.pb, W + g.pl + g.pr
     if padded:

@@ -449,7 +449,7 @@ def _filter_grad_tiles(x, dy, df, g):
     padded = g.pt or g.pb or g.pl or g.pr
     if (x.dtype != np.float32 or g.sh != 1 or g.sw != 1 or g.dw != 1 or df.shape[3] < 16
             or df.shape[2] < 8 or not df.size or not dy.size or not VARIANTS
-            or (padded and bf16_gemm._nonfinite(dy))):
+            or (padded and bf16_gemm._nonfinite(dy))):   # (checked once: dy_finite below)
         return bf16_gemm.backprop_filter_into(df, x, dy, g)
     scratch_df = np.empty_like(df)
     run = variants.choose("conv_filter_grad_f32",
@@ -457,8 +457,9 @@ def _filter_grad_tiles(x, dy, df, g):
                           {"channels_first": lambda: bf16_gemm.backprop_filter_into(
                               scratch_df, x, dy, g),
                            "nhwc": lambda: bf16_gemm.backprop_filter_few_into(
-                               scratch_df, x, dy, g, any_rows=True)})
-    if run == "nhwc" and bf16_gemm.backprop_filter_few_into(df, x, dy, g, any_rows=True):
+                               scratch_df, x, dy, g, any_rows=True, dy_finite=True)})
+    if run == "nhwc" and bf16_gemm.backprop_filter_few_into(df, x, dy, g, any_rows=True,
+                                                            dy_finite=True):
         return True
     return bf16_gemm.backprop_filter_into(df, x, dy, g)
 

@@ -31,7 +31,7 @@ import time
 import numpy as np
 from numba import config, get_num_threads, njit, prange, types
 
-from kernels.cpu import filter_cache, jit
+from kernels.cpu import bf16_gemm, filter_cache, jit
 
 ENABLED = True          # False: np.matmul everywhere (A/B runs)
 TEAM_MIN = 1 << 18      # multiply-adds; smaller products are not worth a parallel region
@@ -322,31 +322,39 @@ def _nn_ok(a, b, out, b_stays):
 def _tiles_can_run(a, b, out):
     """Whether the float32 tiles reading B in place (bf16_gemm.matmul_f32_into) may run the
     product: a candidate of the measured choice (CHOOSE; the fixed rule never picks them)."""
-    from kernels.cpu import bf16_gemm
     return (CHOOSE and TILES_ENABLED and ENABLED and bf16_gemm.product_f32_eligible(a, b, out)
             and not np.may_share_memory(out, a) and not np.may_share_memory(out, b))
+
+
+def _plan(a, b, out, b_stays):
+    """(kernel, b's kept transpose, team jobs) for a product of TINY or more multiply-adds:
+    "nn" (a weight too large to keep transposed), else the measured choice ("nt", "team",
+    "blas", "tiles"; CHOOSE off: the fixed rule), or "numpy" where nothing else can run it."""
+    bt = _nt_weight(a, b, out, b_stays)
+    if bt is None and _nn_ok(a, b, out, b_stays):
+        return "nn", None, None
+    key = run = jobs = None
+    if CHOOSE:
+        key = _choice_key(a, b, out, bt)
+        run = _choices.get(key)
+    if run is None:
+        jobs = _team_jobs(a, b, out, a.shape[0], a.shape[1], b.shape[1])
+        tiles = _tiles_can_run(a, b, out)
+        if bt is None and jobs is None and not tiles:
+            return "numpy", bt, None
+        run = _choose(key, a, b, out, bt, jobs, tiles)
+    return run, bt, jobs
 
 
 def tiles_chosen(a, b, out, b_stays=False):
     """Whether matmul runs this product on the float32 tiles (measuring its choice now if it
     has none yet): a fused epilogue (bias, Relu) may then be applied in the tiles' registers
     (bf16_gemm.matmul_f32_into) instead of in a pass of its own."""
-    M, K = a.shape
-    N = b.shape[1]
-    if M * N * K < TINY or not _tiles_can_run(a, b, out):
-        return False
-    bt = _nt_weight(a, b, out, b_stays)
-    if bt is None and _nn_ok(a, b, out, b_stays):
-        return False
-    key = _choice_key(a, b, out, bt)
-    run = _choices.get(key)
-    if run is None:
-        run = _choose(key, a, b, out, bt, _team_jobs(a, b, out, M, K, N), True)
-    return run == "tiles"
+    return (a.shape[0] * a.shape[1] * b.shape[1] >= TINY and _tiles_can_run(a, b, out)
+            and _plan(a, b, out, b_stays)[0] == "tiles")
 
 
 def _tiles_into(out, a, b):
-    from kernels.cpu import bf16_gemm
     return bf16_gemm.matmul_f32_into(out, a, b)
 
 
@@ -367,24 +375,13 @@ def matmul(a, b, out, b_stays=False):
     ~1M multiply-adds (the team's jobs array and wake-up cost more than the product)."""
     M, K = a.shape
     N = b.shape[1]
-    if M * N * K < TINY:   # what the checks below would decide, without them
+    if M * N * K < TINY:   # what the checks in _plan would decide, without them
         np.matmul(a, b, out=out)
         return
-    bt = _nt_weight(a, b, out, b_stays)
-    if bt is None and _nn_ok(a, b, out, b_stays):
+    run, bt, jobs = _plan(a, b, out, b_stays)
+    if run == "nn":
         _nn_team(a, b, out)
         return
-    key = run = jobs = None
-    if CHOOSE:
-        key = _choice_key(a, b, out, bt)
-        run = _choices.get(key)
-    if run is None:
-        jobs = _team_jobs(a, b, out, M, K, N)
-        tiles = _tiles_can_run(a, b, out)
-        if bt is None and jobs is None and not tiles:
-            numpy_matmul(a, b, out)
-            return
-        run = _choose(key, a, b, out, bt, jobs, tiles)
     if run == "tiles" and _tiles_into(out, a, b):
         return
     if run == "nt":
@@ -489,12 +486,8 @@ def _host_key():
 
 def _disk_table():
     if _choice_file["table"] is None:
-        table = {}
-        if os.environ.get("TF_BACKEND_AUTOTUNE", "").strip().lower() != "measure":
-            import kernels
-            whole = kernels.read_cache_json(_CHOICE_TABLE)
-            table = whole.get(_host_key(), {}) if isinstance(whole, dict) else {}
-        _choice_file["table"] = table
+        import kernels
+        _choice_file["table"] = kernels.host_choices(_CHOICE_TABLE, _host_key())
     return _choice_file["table"]
 
 
@@ -505,17 +498,9 @@ RECORD = os.environ.get("TF_BACKEND_GEMM_RECORD", "1") != "0"
 
 
 def _record(key, choice):
-    if not RECORD:
-        return
-    import kernels
-    whole = kernels.read_cache_json(_CHOICE_TABLE)   # another process may have added some
-    if not isinstance(whole, dict):
-        whole = {}
-    whole.setdefault(_host_key(), {})[key] = choice
-    try:
-        kernels.write_cache_json(_CHOICE_TABLE, whole)
-    except OSError:   # a read-only cache directory: the choice still holds for this process
-        pass
+    if RECORD:
+        import kernels
+        kernels.record_choice(_CHOICE_TABLE, _host_key(), key, choice)
 
 
 def _choose(key, a, b, out, bt, jobs, tiles=False):

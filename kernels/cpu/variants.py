@@ -9,6 +9,8 @@ import os
 import threading
 import time
 
+import kernels
+
 RUNS = 5
 VERSION = 1          # bumped when a family's candidates change: its choices are measured anew
 TABLE = "variant_choice.json"
@@ -26,27 +28,13 @@ def _host():
 
 def _disk():
     if _table["value"] is None:
-        table = {}
-        if os.environ.get("TF_BACKEND_AUTOTUNE", "").strip().lower() != "measure":
-            import kernels
-            whole = kernels.read_cache_json(TABLE)
-            table = whole.get(_host(), {}) if isinstance(whole, dict) else {}
-        _table["value"] = table
+        _table["value"] = kernels.host_choices(TABLE, _host())
     return _table["value"]
 
 
 def _record(name, choice):
-    if os.environ.get("TF_BACKEND_GEMM_RECORD", "1") == "0":
-        return
-    import kernels
-    whole = kernels.read_cache_json(TABLE)   # another process may have added some
-    if not isinstance(whole, dict):
-        whole = {}
-    whole.setdefault(_host(), {})[name] = choice
-    try:
-        kernels.write_cache_json(TABLE, whole)
-    except OSError:   # a read-only cache directory: the choice still holds for this process
-        pass
+    if os.environ.get("TF_BACKEND_GEMM_RECORD", "1") != "0":
+        kernels.record_choice(TABLE, _host(), name, choice)
 
 
 def choose(family, key, cands):
