@@ -316,3 +316,32 @@ def test_cache_probe_holds_numbas_compiler_lock():
 
     assert cpu_loops.cached(Fn(), ()) is False
     assert seen == [True]
+
+
+def test_index_maps_made_of_runs_copy_runs():
+    """A data-movement step whose index map is runs of consecutive elements (Split along the
+    last axis: equally spaced; ConcatV2 along it: from each part in turn) copies runs
+    (take_rows, take_runs); anything else gathers element by element; all three agree."""
+    from kernels.cpu import loop_helpers, loops as cpu_loops
+    src = np.arange(4 * 256, dtype=np.float32) * 0.5
+    split = (np.arange(4)[:, None] * 256 + 64 + np.arange(64)).reshape(-1)      # (4, 256)[:, 64:128]
+    concat = np.concatenate([(p * 256 + r * 64 + np.arange(64)) for r in range(4)
+                             for p in range(4)])                               # 4 parts (4, 64)
+    odd = np.array([3, 1, 2, 0] * 4)
+    starts, even, cols = cpu_loops._runs(split)
+    assert even == (64, 256, 4, 64) and cols == 64
+    starts, even, cols = cpu_loops._runs(concat)
+    assert even is None and cols == 64 and list(starts[:5]) == [0, 256, 512, 768, 64]
+    assert cpu_loops._runs(odd) is None
+    assert cpu_loops._runs(np.arange(5) * 2) is None           # runs shorter than RUN_MIN
+    for m in (split, concat):
+        want = np.empty(m.size, np.float32)
+        loop_helpers.take(src, m, want)
+        got = np.empty(m.size, np.float32)
+        starts, even, cols = cpu_loops._runs(m)
+        if even is not None:
+            loop_helpers.take_rows(src, *even, got)
+        else:
+            loop_helpers.take_runs(src, starts, cols, got)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(want, src[m])

@@ -107,6 +107,29 @@ def take(src, idx, out):
 
 
 @njit(cache=True, nogil=True)
+def take_rows(src, off, stride, rows, cols, out):
+    """out[r * cols + c] = src[off + r * stride + c]: an index map made of equally spaced runs
+    (a Split or StridedSlice along the last axis, a block of rows) as row copies the compiler
+    vectorises, instead of one lookup per element."""
+    for r in range(rows):
+        s = off + r * stride
+        o = r * cols
+        for c in range(cols):
+            out[o + c] = src[s + c]
+
+
+@njit(cache=True, nogil=True)
+def take_runs(src, starts, cols, out):
+    """out[r * cols + c] = src[starts[r] + c]: runs of `cols` consecutive elements from
+    anywhere (a ConcatV2 along the last axis gathers rows of its parts in turn)."""
+    for r in range(starts.size):
+        s = starts[r]
+        o = r * cols
+        for c in range(cols):
+            out[o + c] = src[s + c]
+
+
+@njit(cache=True, nogil=True)
 def put_flat(dst, off, src):
     for k in range(src.size):
         dst[off + k] = src[k]

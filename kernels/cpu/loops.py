@@ -412,8 +412,38 @@ def _emit_movement(ctx, mod, st):
             ctx.emit(f"{ctx.var(s)} = {src}[{int(m.reshape(()))}]")
         else:
             o = ctx.var(s)
-            ctx.emit(f"{o} = np.empty({shape!r}, {_cast(dt)})",
-                     f"take({src}, {mod.array(m.reshape(-1))}, {o}.reshape(-1))")
+            ctx.emit(f"{o} = np.empty({shape!r}, {_cast(dt)})")
+            flat = m.reshape(-1)
+            runs = _runs(flat)
+            if runs is None:
+                ctx.emit(f"take({src}, {mod.array(flat)}, {o}.reshape(-1))")
+            elif runs[1] is not None:   # equally spaced
+                off, stride, rows, cols = runs[1]
+                ctx.emit(f"take_rows({src}, {off}, {stride}, {rows}, {cols}, {o}.reshape(-1))")
+            else:
+                ctx.emit(f"take_runs({src}, {mod.array(runs[0])}, {runs[2]}, {o}.reshape(-1))")
+
+
+RUN_MIN = 8   # shorter runs are gathered one element at a time
+
+
+def _runs(m):
+    """The flat index map `m` as runs of `cols` consecutive indices: (starts, (offset, stride,
+    rows, cols) where the starts are equally spaced else None, cols); None where the runs are
+    shorter than RUN_MIN or of unequal length."""
+    n = m.size
+    breaks = np.flatnonzero(np.diff(m) != 1)
+    cols = int(breaks[0]) + 1 if breaks.size else n
+    if cols < RUN_MIN or n % cols:
+        return None
+    rows = n // cols
+    starts = m[::cols].astype(np.int64)
+    if not np.array_equal(m.reshape(rows, cols), starts[:, None] + np.arange(cols)):
+        return None
+    step = np.diff(starts)
+    even = rows == 1 or (step == step[0]).all() and step[0] >= 0
+    stride = int(step[0]) if rows > 1 else cols
+    return starts, ((int(starts[0]), stride, rows, cols) if even else None), cols
 
 
 def _emit_reduce(ctx, mod, st):
@@ -936,7 +966,7 @@ def _module(mod, args, lines):
             "import math\nimport numpy as np\nfrom numba import njit\n"
             "from kernels.cpu.scalar import *  # noqa\n"
             "from kernels.cpu.loop_helpers import (mm32, mm64, mm2_32, mm2_64, grow, rsum_lead,\n"
-            "                                      rsum_trail, take,\n"
+            "                                      rsum_trail, take, take_rows, take_runs,\n"
             "                                      put_flat, put_item)\n"
             + "".join(f"from {m} import {n} as {a}\n" for a, (m, n) in mod.ext.items())
             + "\n\n"
