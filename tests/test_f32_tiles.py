@@ -370,3 +370,49 @@ def test_variant_choice_is_measured_once_recorded_and_reused(monkeypatch, tmp_pa
     monkeypatch.setattr(variants, "_choices", {})
     monkeypatch.setattr(variants, "_table", {"value": None})
     assert variants.choose("fam", (1, 2), cands()) == "fast" and calls
+
+
+def _foreign(a):
+    """A read-only array over memory numpy does not own, as a view of a TensorFlow tensor is."""
+    v = np.frombuffer(a.tobytes(), a.dtype).reshape(a.shape)
+    assert not v.flags.writeable and isinstance(v.base.base, bytes)
+    return v
+
+
+def test_kept_filters_are_packed_once_and_give_the_same_bits(monkeypatch):
+    """An inference program's filter (keep=True) wider than one panel is packed on its first
+    call and read from filter_cache after, with the same bits as packing per call; our own
+    arrays are packed every call; a kept non-finite filter with padding is checked once and
+    still goes to another kernel."""
+    from kernels.cpu import filter_cache
+    filter_cache.clear()
+    packs = []
+    real = bf16_gemm.pack_filter
+    monkeypatch.setattr(bf16_gemm, "pack_filter", lambda f: (packs.append(1), real(f))[1])
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 12, 12, 24)).astype(np.float32)
+    f = rng.standard_normal((3, 3, 24, 96)).astype(np.float32)
+    _, _, g = conv_ops._geometry(x.shape, f.shape, _attrs(1, "SAME"), "Conv2D", x.dtype)
+    ref = np.empty((1, 12, 12, 96), np.float32)
+    assert bf16_gemm.conv2d_into(ref, x, f, g)
+    kept = _foreign(f)
+    n = len(packs)
+    for _ in range(3):
+        out = np.full_like(ref, np.nan)
+        assert bf16_gemm.conv2d_into(out, x, kept, g, keep=True)
+        np.testing.assert_array_equal(out, ref)
+    assert len(packs) == n + 1
+    assert filter_cache.stats()["events"]["packed:hits"] == 2
+    n = len(packs)
+    for _ in range(2):                       # ours, or not asked to keep: packed every call
+        assert bf16_gemm.conv2d_into(out, x, f, g, keep=True)
+        assert bf16_gemm.conv2d_into(out, x, kept, g)
+    assert len(packs) == n + 4
+    bad = f.copy()
+    bad[1, 1, 3, 7] = np.inf
+    bad = _foreign(bad)
+    hits = filter_cache.stats()["events"]["nonfinite:hits"]   # the kept filter's checks
+    for _ in range(2):
+        assert not bf16_gemm.conv2d_into(out, x, bad, g, keep=True)
+    assert filter_cache.stats()["events"]["nonfinite:hits"] == hits + 1
+    filter_cache.clear()

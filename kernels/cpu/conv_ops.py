@@ -286,10 +286,11 @@ def conv_bias_relu(inputs, bias, out, attrs):
     if fmt != "NHWC" or out.shape != (x.shape[0], g.oh, g.ow, f.shape[3]):
         return False
     tiles = _tiles_apply(x, f, out, g)
-    if not tiles or _winograd_first(x, f, g, tiles, attrs.get("_filter_is_variable", False)):
+    keep = attrs.get("_filter_is_variable", False)
+    if not tiles or _winograd_first(x, f, g, tiles, keep):
         return False
     with np.errstate(all="ignore"):
-        return bf16_gemm.conv2d_into(out, x, f, g, bias=bias, relu=True)
+        return bf16_gemm.conv2d_into(out, x, f, g, bias=bias, relu=True, keep=keep)
 
 
 def conv_nhwc(x, f, out, g, filter_is_variable=False):
@@ -307,7 +308,7 @@ def conv_nhwc(x, f, out, g, filter_is_variable=False):
     if (_winograd_first(x, f, g, tiles, filter_is_variable)
             and winograd.conv3x3(x, f, out, g, filter_is_variable)):
         return   # (a non-finite result is recomputed below, the direct way)
-    if tiles and bf16_gemm.conv2d_into(out, x, f, g):
+    if tiles and bf16_gemm.conv2d_into(out, x, f, g, keep=filter_is_variable):
         return   # FMA tiles over the taps
     step = max(1, COLS_CHUNK_BYTES // (OW * K * x.itemsize))   # image rows per chunk
     Q = N * OH

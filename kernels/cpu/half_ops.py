@@ -65,7 +65,8 @@ def _bf16_conv(inputs, out, attrs, bias=None, relu=False):
     x, f = inputs
     g = _bf16_window("Conv2D", out, (x, f), x.shape, f.shape, attrs)
     return (g is not None and bf16_gemm.conv_eligible(x.shape, f.shape, g, 1)
-            and bf16_gemm.conv2d_into(out, x, f, g, bias=bias, relu=relu))
+            and bf16_gemm.conv2d_into(out, x, f, g, bias=bias, relu=relu,
+                                      keep=attrs.get("_filter_is_variable", False)))
 
 
 def _bf16_backprop_input(inputs, dx, attrs):
