@@ -929,10 +929,10 @@ def _list_in(v, t, copy, room):
     if p is not None and p.shape[0] >= n:
         if not copy:
             return [p, n]
-        buf = np.empty((max(cap, 1),) + tuple(t[2]), t[1])
+        buf = alloc.empty((max(cap, 1),) + tuple(t[2]), t[1])
         buf[:n] = p[:n]
         return [buf, n]
-    buf = np.empty((max(cap, 1),) + tuple(t[2]), t[1])
+    buf = alloc.empty((max(cap, 1),) + tuple(t[2]), t[1])
     for i, it in enumerate(v.items()):
         if it is None:
             buf[i] = 0

@@ -11,6 +11,8 @@ import numpy as np
 
 from shape_fns.errors import InvalidArgumentError
 
+from ..alloc import empty as _empty
+
 
 class HostList:
     # packed: a buffer [>= n, *element] whose first n items are this list's items (a compiled
@@ -176,15 +178,19 @@ def stack(ins, attrs):
         raise InvalidArgumentError(f"Operation expected a list with {want} elements but got a "
                                    f"list with {len(items)} elements.")
     p = lst.packed
-    if p is not None and p.shape[0] >= len(items) and items:
-        return [np.array(p[:len(items)])]   # a compiled loop's buffer: every item set
+    if p is not None and p.shape[0] >= len(items) and items:   # a compiled loop's buffer
+        out = _empty(p[:len(items)].shape, p.dtype)   # (pooled: a fresh multi-MB array costs
+        out[...] = p[:len(items)]                      # a page fault per 4 KiB)
+        return [out]
     if not items:
         z = _zeros(lst, _shape_arg(shape), "TensorListStack")
         return [np.zeros((0,) + z.shape, lst.dtype)]
     zero = None
     if any(it is None for it in items):
         zero = _zeros(lst, _shape_arg(shape), "TensorListStack")
-    return [np.stack([zero if it is None else it for it in items])]
+    first = zero if items[0] is None else items[0]
+    out = _empty((len(items),) + first.shape, first.dtype)
+    return [np.stack([zero if it is None else it for it in items], out=out)]
 
 
 def length(ins, attrs):
