@@ -29,11 +29,17 @@ def _calls(f, x, n):
     return [f(x).numpy() for _ in range(n)]
 
 
-def _trial_calls():
-    """Calls enough to settle a small function and finish one trial (blocks of CHOICE_BLOCK
-    per side, the first call of each untimed)."""
+def _trial_calls(trials=1):
+    """Calls enough to settle a small function and finish `trials` trials (blocks of
+    CHOICE_BLOCK per side, the first call of each untimed; TensorFlow's choice takes
+    CHOICE_CONFIRM_TENSORFLOW trials)."""
     per_block = functions.CHOICE_BLOCK - 1
-    return 2 * functions.CHOICE_BLOCK * -(-functions.CHOICE_RUNS // per_block) + 6
+    one = 2 * functions.CHOICE_BLOCK * -(-functions.CHOICE_RUNS // per_block) + 2
+    return trials * (one + functions.CHOICE_BLOCK) + 4
+
+
+def _tf_trials():
+    return _trial_calls(functions.CHOICE_CONFIRM_TENSORFLOW)
 
 
 def _choice(name_part):
@@ -56,7 +62,7 @@ def test_the_faster_side_runs_the_function_and_results_stay_stock(measuring, mon
     tf_backend.enable()
     # the measured medians decide: make the other side look slower
     monkeypatch.setattr(functions, "CHOICE_MARGIN", 1e9 if forced == "tensorflow" else 1e-9)
-    outs = _calls(choice_probe, x, _trial_calls())
+    outs = _calls(choice_probe, x, _tf_trials())
     for o in outs:
         np.testing.assert_allclose(o, ref, rtol=1e-6)
     got = _choice("choice_probe")
@@ -144,7 +150,7 @@ def test_tensorflows_choice_is_noted_on_the_function_until_caches_or_mode_change
     probe, x = _probe()
     ref = probe(x).numpy()
     monkeypatch.setattr(functions, "CHOICE_MARGIN", 1e9)
-    _calls(probe, x, _trial_calls())
+    _calls(probe, x, _tf_trials())
     assert _choice("probe")["choice"]["runs"] == "tensorflow"
     seen = _sides(monkeypatch)
     _calls(probe, x, 2)
@@ -187,8 +193,8 @@ def test_tensorflows_choice_is_recorded_for_the_next_process(monkeypatch, choice
     tf_backend.disable()
     ref = f(x).numpy()
     tf_backend.enable()
-    monkeypatch.setattr(functions, "CHOICE_MARGIN", 1e9)   # TensorFlow wins the trial
-    _calls(f, x, _trial_calls())
+    monkeypatch.setattr(functions, "CHOICE_MARGIN", 1e9)   # TensorFlow wins the trials
+    _calls(f, x, _tf_trials())
     assert (choice_records / choices.TABLE).exists()
     table = json.loads((choice_records / choices.TABLE).read_text())
     assert [v["runs"] for v in table.values()] == ["tensorflow"]
@@ -264,8 +270,10 @@ def test_a_multi_worker_step_needs_tensorflow_clearly_faster_and_keeps_its_choic
     multi, single = prog("CollectiveReduceV2"), prog("AddV2")
     functions._choose(multi, "multi", close)
     functions._choose(single, "single", close)
-    assert (multi.choice, single.choice) == ("ours", "tensorflow")
-    assert multi.choice_recheck == float("inf") and single.choice_recheck < float("inf")
+    assert (multi.choice, single.choice) == ("ours", None)   # a second trial confirms
+    functions._choose(single, "single", close)
+    assert single.choice == "tensorflow"
+    assert multi.choice_recheck == float("inf")
     again = prog("CollectiveReduceV2")
     functions._choose(again, "again", clear)
     assert again.choice == "tensorflow"
@@ -318,3 +326,30 @@ def test_a_function_reading_an_iterator_takes_each_batch_once(measuring):
     assert [n.op for n, _ in c.prologue] == ["IteratorGetNext"]
     f = _choice("take")
     assert f is not None and f["choice"]["runs"] in ("ours", "tensorflow")
+
+
+def test_tensorflows_choice_needs_a_second_trial(monkeypatch):
+    """A first trial can pay a one-time cost on our side: TensorFlow's win is final (and
+    recorded) only when the trial right after it agrees; a second trial our executor wins
+    keeps the function ours."""
+    from types import SimpleNamespace as NS
+
+    from tf_backend import choices
+    recorded = []
+    monkeypatch.setattr(choices, "record", lambda *a: recorded.append(a))
+    monkeypatch.setattr(functions, "CHOICE", "measure")
+    p = NS(nodes=[NS(op="MatMul", subs=())], choice=None, choice_rounds=0, choice_calls=0,
+           choice_recheck=0, choice_trial=None)
+    c = NS(dynamic=(), graph=object(), choice_key="k")
+    slow_first = {"ours": [6.2] * 6, "tensorflow": [2.9] * 6}
+    functions._choose(p, "f", slow_first)
+    functions._keep(c, p, slow_first, [])
+    assert p.choice is None and p.choice_trial is not None and not recorded
+    functions._choose(p, "f", {"ours": [2.3] * 6, "tensorflow": [3.2] * 6})
+    assert p.choice == "ours" and p.choice_recheck < float("inf")
+    q = NS(nodes=p.nodes, choice=None, choice_rounds=0, choice_calls=0, choice_recheck=0,
+           choice_trial=None)
+    for _ in range(functions.CHOICE_CONFIRM_TENSORFLOW):
+        functions._choose(q, "g", slow_first)
+    functions._keep(c, q, slow_first, [])
+    assert q.choice == "tensorflow" and [r[0] for r in recorded] == ["k"]
