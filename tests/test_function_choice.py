@@ -266,7 +266,7 @@ def test_a_multi_worker_step_needs_tensorflow_clearly_faster_and_keeps_its_choic
         return NS(nodes=[NS(op="MatMul", subs=()), NS(op=op, subs=())], choice=None,
                   choice_rounds=0, choice_calls=0, choice_recheck=0)
     close = {"ours": [1.0] * 6, "tensorflow": [0.97] * 6}    # TensorFlow 3% faster
-    clear = {"ours": [1.0] * 6, "tensorflow": [0.9] * 6}     # 10% faster
+    clear = {"ours": [1.0] * 6, "tensorflow": [0.7] * 6}     # 30% faster
     multi, single = prog("CollectiveReduceV2"), prog("AddV2")
     functions._choose(multi, "multi", close)
     functions._choose(single, "single", close)
