@@ -96,3 +96,30 @@ def test_half_conversions_bit_exact_on_every_path(n):
         assert wide.shape == x.shape and wide.dtype == np.float32
         ok = ~np.isnan(wide)
         np.testing.assert_array_equal(wide[ok], out.astype(np.float32)[ok])
+
+
+@pytest.mark.parametrize("dt", ["bfloat16", "float16"])
+def test_half_bias_gradient_widens_as_it_reads(tf, dt):
+    """BiasAddGrad of float16/bfloat16 (rows, C) sums each value widened as it is read: the
+    same float64 sums, so the same bits, as widening the whole array first (the op table holds
+    the tolerance against stock, whose bfloat16 sums differ); Inf and NaN channels as stock's."""
+    from kernels.cpu import nn_ops
+    from kernels.cpu.half_bits import narrow_into, widen
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.standard_normal((8, 5, 7, 16)).astype(np.float32) * 3, tf.dtypes.as_dtype(dt))
+    dy = x.numpy()
+    dy[0, 0, 0, 3] = np.inf
+    dy[1, 2, 3, 5] = np.nan
+    dy[2, 0, 1, 6], dy[3, 0, 1, 6] = np.inf, -np.inf
+    out = np.empty(16, dy.dtype)
+    nn_ops.bias_add_grad([dy], [out], {"data_format": "NHWC"})
+    acc = np.empty(16, np.float32)
+    nn_ops._bias_grad_rows(widen(dy).reshape(-1, 16), acc)
+    ref = np.empty(16, dy.dtype)
+    narrow_into(ref, acc)
+    np.testing.assert_array_equal(out.view(np.uint16), ref.view(np.uint16))
+    stock = tf.raw_ops.BiasAddGrad(out_backprop=tf.constant(dy)).numpy().astype(np.float32)
+    got = out.astype(np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(stock))
+    fin = np.isfinite(stock)
+    assert np.array_equal(got[~fin & ~np.isnan(stock)], stock[~fin & ~np.isnan(stock)])

@@ -5,7 +5,7 @@ from numba import njit, prange
 
 from kernels import kernel
 from kernels.cpu import jit
-from kernels.cpu.half_bits import narrow_into, widen
+from kernels.cpu.half_bits import bf2f, h2f, narrow_into, widen
 from kernels.cpu.scratch import scratch
 from kernels.cpu.scalar import vexp
 from shape_fns import Unsupported
@@ -37,8 +37,22 @@ def _bias_grad_nchw(dy, out):
         out[c] = acc
 
 
+def _bias_grad_rows_bits(bits, out, bf16):
+    """_bias_grad_rows of float16/bfloat16 bits (M, C), each value widened exactly as it is
+    read: the same float64 sums as widening the whole array first, without its float32 copy
+    (a 64x32x32x32 bfloat16 gradient: an 8 MB write and read per call)."""
+    acc = np.zeros(bits.shape[1], np.float64)
+    for r in range(bits.shape[0]):
+        row = bits[r]
+        for c in range(bits.shape[1]):
+            acc[c] += bf2f(row[c]) if bf16 else h2f(row[c])
+    for c in range(bits.shape[1]):
+        out[c] = acc[c]
+
+
 _jit = njit(cache=True, nogil=True, error_model="numpy")
 _bias_grad_rows = _jit(_bias_grad_rows)
+_bias_grad_rows_bits = _jit(_bias_grad_rows_bits)
 _bias_grad_nchw = _jit(_bias_grad_nchw)
 
 
@@ -183,6 +197,12 @@ def bias_add_grad(inputs, outputs, attrs):
         out[...] = 0
         return
     half = out.dtype.itemsize == 2
+    if half and _channel_view(dy, attrs.get("data_format")).ndim == 2:
+        acc = np.empty(out.shape, np.float32)   # (rows, C): widened as read
+        _bias_grad_rows_bits(np.ascontiguousarray(dy).view(np.uint16).reshape(-1, dy.shape[-1]),
+                             acc, out.dtype.name == "bfloat16")
+        narrow_into(out, acc)
+        return
     if half:   # TensorFlow accumulates half/bfloat16 in float32; we do in float64, then round
         dy, res, out = (widen(dy, scratch(dy.shape, np.float32, "bias_x")), out,
                         np.empty(out.shape, np.float32))
