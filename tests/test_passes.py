@@ -712,15 +712,26 @@ def test_memo_error_in_a_weight_derived_node_names_that_node(tf):
     assert not np.allclose(ok, again)
 
 
-@pytest.mark.parametrize("case", ["conv3x3", "conv1x1_7x7", "matmul"])
+@pytest.mark.parametrize("case", ["conv3x3", "conv1x1_7x7", "matmul", "conv5x5_packed",
+                                  "depthwise"])
 def test_kept_weight_forms_follow_variable_updates(tf, case):
     """An inference program's weight variable has its derived form (a 3x3 filter's Winograd
-    transform; a few-row product's transposed weight, in a 1x1 convolution and in a MatMul)
-    made once and kept; assign, assign_add and an optimizer step all show in the next call.
+    transform; a few-row product's transposed weight, in a 1x1 convolution and in a MatMul;
+    a wide filter's packed panels on the float32 tiles; a depthwise filter's tiled taps) made
+    once and kept; assign, assign_add and an optimizer step all show in the next call.
     Eager calls and a training function (it writes a variable) never keep one."""
-    from kernels.cpu import filter_cache
+    from kernels.cpu import bf16_gemm, filter_cache
     rng = np.random.default_rng(4)
-    if case == "matmul":
+    if case == "conv5x5_packed" and not bf16_gemm.runs_f32():
+        pytest.skip("no AVX-512F: float32 convolutions run as im2col + BLAS here")
+    if case in ("conv5x5_packed", "depthwise"):
+        kind = "packed" if case == "conv5x5_packed" else "dw_tiled"
+        c, o = (16, 96) if case == "conv5x5_packed" else (32, 1)
+        n = 25 * c
+        filt = tf.Variable(rng.uniform(-1, 1, (5, 5, c, o)).astype(np.float32))
+        bias = tf.Variable(rng.uniform(-1, 1, c * o if o == 1 else o).astype(np.float32))
+        x = tf.constant(rng.uniform(-1, 1, (1, 20, 20, c)).astype(np.float32))
+    elif case == "matmul":
         kind, n = "transposed", 300
         filt = tf.Variable(rng.uniform(-1, 1, (300, 64)).astype(np.float32))
         bias = tf.Variable(rng.uniform(-1, 1, 64).astype(np.float32))
@@ -738,6 +749,8 @@ def test_kept_weight_forms_follow_variable_updates(tf, case):
     def f(x):
         if case == "matmul":
             return tf.matmul(x, filt) + bias
+        if case == "depthwise":
+            return tf.nn.depthwise_conv2d(x, filt, [1, 1, 1, 1], "SAME") + bias
         return tf.nn.conv2d(x, filt, 1, "SAME") + bias
 
     def train(x):
@@ -746,7 +759,7 @@ def test_kept_weight_forms_follow_variable_updates(tf, case):
 
     prog = _program(tf, f, x)
     passes.optimize(prog)
-    convs = [n for n in prog.nodes if n.op.startswith(("Conv2D", "MatMul"))]
+    convs = [n for n in prog.nodes if n.op.startswith(("Conv2D", "MatMul", "Depthwise"))]
     assert convs and any(n.kind == "reads" for n in prog.nodes), prog.dump()
     fn, tr = tf.function(f), tf.function(train)
     filter_cache.clear()

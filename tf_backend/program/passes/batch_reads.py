@@ -80,14 +80,17 @@ def redirect_ctrl(nodes, replaced):
             n.ctrl = ctrl
 
 
-VARIABLE_FILTER_OPS = ("Conv2D", "MatMul", "BatchMatMulV2", "BatchMatMulV3")
+VARIABLE_FILTER_OPS = ("Conv2D", "DepthwiseConv2dNative", "MatMul", "BatchMatMulV2",
+                       "BatchMatMulV3")
 
 
 def _mark_variable_filters(prog, read_slots):
-    """Conv2D and (Batch)MatMul nodes whose filter (second operand) is a variable read here, or
+    """Conv2D, DepthwiseConv2dNative and (Batch)MatMul nodes whose filter (second operand) is a
+    variable read here, or
     a reshape of one (Keras' attention projections reshape their kernels; programs hand out
     reshapes as views): with no variable writes in the program, the kernels may keep forms of
-    it between calls (Winograd transforms, transposed weights: kernels/cpu/filter_cache.py;
+    it between calls (Winograd transforms, packed panels, transposed weights, tiled depthwise
+    filters: kernels/cpu/filter_cache.py;
     training programs and eager calls derive them every call or not at all)."""
     from ...executor import VIEW_OPS, view_source
     weights = set(read_slots)
