@@ -372,19 +372,13 @@ def test_variant_choice_is_measured_once_recorded_and_reused(monkeypatch, tmp_pa
     assert variants.choose("fam", (1, 2), cands()) == "fast" and calls
 
 
-def _foreign(a):
-    """A read-only array over memory numpy does not own, as a view of a TensorFlow tensor is."""
-    v = np.frombuffer(a.tobytes(), a.dtype).reshape(a.shape)
-    assert not v.flags.writeable and isinstance(v.base.base, bytes)
-    return v
-
-
 def test_kept_filters_are_packed_once_and_give_the_same_bits(monkeypatch):
     """An inference program's filter (keep=True) wider than one panel is packed on its first
     call and read from filter_cache after, with the same bits as packing per call; our own
     arrays are packed every call; a kept non-finite filter with padding is checked once and
     still goes to another kernel."""
     from kernels.cpu import filter_cache
+    from tests.test_winograd import _foreign
     filter_cache.clear()
     packs = []
     real = bf16_gemm.pack_filter

@@ -197,16 +197,16 @@ def bias_add_grad(inputs, outputs, attrs):
         out[...] = 0
         return
     half = out.dtype.itemsize == 2
-    if half and _channel_view(dy, attrs.get("data_format")).ndim == 2:
-        acc = np.empty(out.shape, np.float32)   # (rows, C): widened as read
-        _bias_grad_rows_bits(np.ascontiguousarray(dy).view(np.uint16).reshape(-1, dy.shape[-1]),
-                             acc, out.dtype.name == "bfloat16")
+    v = _channel_view(dy, attrs.get("data_format"))
+    if half and v.ndim == 2:   # (rows, C): each value widened as it is read
+        acc = np.empty(out.shape, np.float32)
+        _bias_grad_rows_bits(np.ascontiguousarray(v).view(np.uint16), acc,
+                             out.dtype.name == "bfloat16")
         narrow_into(out, acc)
         return
     if half:   # TensorFlow accumulates half/bfloat16 in float32; we do in float64, then round
-        dy, res, out = (widen(dy, scratch(dy.shape, np.float32, "bias_x")), out,
-                        np.empty(out.shape, np.float32))
-    v = _channel_view(dy, attrs.get("data_format"))
+        v, res, out = (widen(v, scratch(v.shape, np.float32, "bias_x")), out,
+                       np.empty(out.shape, np.float32))
     if v.ndim == 3:
         _bias_grad_nchw(v, out)
     else:
