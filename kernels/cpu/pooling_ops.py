@@ -10,7 +10,8 @@ from numba import njit, prange
 
 from kernels import kernel
 from kernels.cpu import jit
-from kernels.cpu.half_bits import bf2f, f2bf, f2h, h2f
+from kernels.cpu.half_bits import bf2f, f2bf, f2h, h2f, narrow_into
+from kernels.cpu.scalar import ftz
 from kernels.cpu.scratch import scratch
 from shape_fns.host import onednn_runs
 from shape_fns import InvalidArgumentError, Unsupported
@@ -275,10 +276,20 @@ def _max_pool_grad_2x2(x, dy, dx, zero, one, relu, sums, add):
                 dx[n, h] = 0
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _flushed(b, bf):
+    """A gradient's bits as stock's MaxPoolGrad writes them: it adds the gradient to a zeroed
+    buffer (oneDNN's kernel and Eigen's alike), so -0 becomes +0, and a bfloat16 subnormal,
+    a float32 subnormal under TensorFlow's DAZ, +0 too (float16's widen to normal floats)."""
+    if bf:
+        return np.uint16(0) if (b & np.uint16(0x7F80)) == 0 else b
+    return np.uint16(0) if b == np.uint16(0x8000) else b
+
+
 def _max_pool_grad_bits(x, dy, dx, KH, KW, sh, sw, pt, pl, bf):
     """_max_pool_grad of non-overlapping windows on float16 (bf False) or bfloat16 (bf True)
     bit patterns: x compared widened in registers, each pixel's gradient dy's own bits or +0
-    (a copy: nothing to round), so nothing is widened in memory."""
+    (a copy: nothing to round, _flushed's zeros aside), so nothing is widened in memory."""
     N, H, W, C = x.shape
     OH, OW = dy.shape[1], dy.shape[2]
     tiled = sh == KH and sw == KW and not pt and not pl and OH * sh >= H and OW * sw >= W
@@ -321,7 +332,71 @@ def _max_pool_grad_bits(x, dy, dx, KH, KW, sh, sw, pt, pl, bf):
                         d = dxn[ih, iw]
                         p = ih * W + iw
                         for c in range(C):
-                            d[c] = g[c] if at[c] == p else np.uint16(0)
+                            gc = _flushed(g[c], bf)
+                            d[c] = gc if at[c] == p else np.uint16(0)
+
+
+def _max_pool_grad_bits_2x2(x, dy, dx, relu, sums, add, bf):
+    """_max_pool_grad_2x2 on float16 (bf False) or bfloat16 (bf True) bit patterns: the window
+    compared widened in registers, the maximum's pixel gets dy's own bits (nothing rounded), the
+    others +0. relu: ReluGrad's value instead, as its half kernel computes it (TensorFlow's
+    FTZ/DAZ: the gradient and the maximum read with subnormals as zero, the product rounded
+    once): the gradient where the maximum is above 0, else the gradient times 0 (-0 for a
+    negative one, NaN for Inf/NaN). add: sums (float64 [N * OH, C]) gets each window row's
+    per-channel sums of the widened values written (BiasAddGrad's reading of them). The
+    gradient's bits as _flushed gives them (the pool's gradient, then ReluGrad's product)."""
+    H, W, C = x.shape[1], x.shape[2], x.shape[3]
+    OH, OW = dy.shape[1], dy.shape[2]
+    z = np.uint16(0)
+    for q in prange(dy.shape[0] * OH):
+        n = q // OH
+        oh = q - n * OH
+        r0 = x[n, 2 * oh].reshape(-1)
+        r1 = x[n, 2 * oh + 1].reshape(-1)
+        d0 = dx[n, 2 * oh].reshape(-1)
+        d1 = dx[n, 2 * oh + 1].reshape(-1)
+        g = dy[n, oh].reshape(-1)
+        for ow in range(OW):
+            i0 = 2 * ow * C
+            i1 = i0 + C
+            go = ow * C
+            for k in range(C):
+                m1 = bf2f(r0[i0 + k]) if bf else h2f(r0[i0 + k])
+                vb = bf2f(r0[i1 + k]) if bf else h2f(r0[i1 + k])
+                vc = bf2f(r1[i0 + k]) if bf else h2f(r1[i0 + k])
+                vd = bf2f(r1[i1 + k]) if bf else h2f(r1[i1 + k])
+                t1 = m1 < vb
+                m2 = vb if t1 else m1
+                t2 = m2 < vc
+                m3 = vc if t2 else m2
+                t3 = m3 < vd      # the last strictly greater value wins
+                t2 = t2 & (not t3)
+                t1 = t1 & (not (t2 | t3))
+                gk = _flushed(g[go + k], bf)
+                if relu:
+                    v = ftz(bf2f(gk) if bf else h2f(gk))
+                    keep = ftz(vd if t3 else m3) > np.float32(0)
+                    v = v * (np.float32(1) if keep else np.float32(0))
+                    gk = f2bf(v) if bf else f2h(v)
+                d0[i0 + k] = z if (t1 | t2 | t3) else gk
+                d0[i1 + k] = gk if t1 else z
+                d1[i0 + k] = gk if t2 else z
+                d1[i1 + k] = gk if t3 else z
+        if add:   # a window's four values are its gradient and three zeros: their sum is it
+            srow = sums[q]
+            srow[:] = 0
+            for ow in range(OW):
+                i0 = 2 * ow * C
+                i1 = i0 + C
+                for k in range(C):
+                    a = d0[i0 + k] | d0[i1 + k] | d1[i0 + k] | d1[i1 + k]
+                    srow[k] += bf2f(a) if bf else h2f(a)
+        for w in range(2 * OW * C, W * C):
+            d0[w] = z
+            d1[w] = z
+        if oh == OH - 1:
+            for h in range(2 * OH, H):
+                dx[n, h] = z
 
 
 def _avg_pool_grad(dy, dx, KH, KW, sh, sw, pt, pl):
@@ -355,10 +430,10 @@ def _pair(fn):
             jit.parallel(fn, error_model="numpy"))
 
 
-_MAX, _AVG, _MAXG, _AVGG, _MAXB, _MAXGB, _MAXB2, _MAX2, _MAXG2 = (
+_MAX, _AVG, _MAXG, _AVGG, _MAXB, _MAXGB, _MAXB2, _MAX2, _MAXG2, _MAXGB2 = (
     _pair(f) for f in (_max_pool, _avg_pool, _max_pool_grad, _avg_pool_grad, _max_pool_bits,
                        _max_pool_grad_bits, _max_pool_bits_2x2, _max_pool_2x2,
-                       _max_pool_grad_2x2))
+                       _max_pool_grad_2x2, _max_pool_grad_bits_2x2))
 max_pool_s, avg_pool_s = _MAX[0], _AVG[0]   # by name: compiled regions (loops.py) call them
 # float16 / bfloat16 max pools on bit patterns: dtype name -> (the dtype's lowest bits, bf)
 _MAX_HALF = {"float16": (np.uint16(0xFBFF), False), "bfloat16": (np.uint16(0xFF7F), True)}
@@ -457,7 +532,8 @@ def max_pool_grad_relu(inputs, out, attrs, bias_grad=None):
     the kernels)."""
     x, y, dy = inputs
     if (attrs.get("data_format", "NHWC") not in ("NHWC", b"NHWC") or x.ndim != 4 or dy.ndim != 4
-            or x.dtype not in FLOATS or dy.dtype != x.dtype or out.dtype != x.dtype
+            or (x.dtype not in FLOATS and x.dtype.name not in _MAX_HALF)
+            or dy.dtype != x.dtype or out.dtype != x.dtype
             or out.shape != x.shape or not out.flags.c_contiguous or not dy.size):
         return False
     try:
@@ -479,6 +555,15 @@ def _grad_2x2(x, dy, dx, g, relu, bias_grad=None):
     add = bias_grad is not None
     sums = scratch((dy.shape[0] * dy.shape[1] if add else 1, x.shape[3]), np.float64,
                    "pool_sums")
+    half = _MAX_HALF.get(dx.dtype.name)
+    if half is not None:
+        if not (dx.flags.c_contiguous and x.flags.c_contiguous and dy.flags.c_contiguous):
+            return False
+        _pick(_MAXGB2, dy.size * 4)(x.view(np.uint16), dy.view(np.uint16), dx.view(np.uint16),
+                                    relu, sums, add, half[1])
+        if add:   # as BiasAddGrad's half kernel: float64 sums, float32, then rounded once more
+            narrow_into(bias_grad, sums.sum(axis=0).astype(np.float32))
+        return True
     _pick(_MAXG2, dy.size * 4)(x, dy, dx, dx.dtype.type(0), dx.dtype.type(1), relu, sums, add)
     if add:
         bias_grad[...] = sums.sum(axis=0)
@@ -501,6 +586,8 @@ def max_pool_grad_half(inputs, dx, attrs):
     if g.sh < g.kh or g.sw < g.kw or not dx.size or not dy.size \
             or dy.shape != (x.shape[0], g.oh, g.ow, x.shape[3]):
         return False
+    if _grad_2x2(x, dy, dx, g, False):
+        return True
     _pick(_MAXGB, dy.size * g.kh * g.kw)(x.view(np.uint16), dy.view(np.uint16),
                                         dx.view(np.uint16), *_args(g), half[1])
     return True

@@ -32,7 +32,7 @@ def run(prog):
             continue
         spec = prog.slot_specs.get(r.outputs[0])
         if (spec is None or spec.shape is None or len(spec.shape) != 4
-                or spec.dtype.name not in ("float32", "float64")):
+                or spec.dtype.name not in ("float32", "float64", "float16", "bfloat16")):
             continue   # (unknown dimensions: a Keras fit step's batch; outputs sized per call)
         b = next((n for n in users.get(r.outputs[0], ()) if n.kind == "kernel"
                   and n.op == "BiasAddGrad" and not n.ctrl
