@@ -176,3 +176,26 @@ def test_half_kernel_edge_values(tf, dtype):
     g3 = tf.raw_ops.MaxPoolGrad(orig_input=tf.constant(x), orig_output=y3, grad=tf.constant(dy3),
                                 ksize=[1, 3, 3, 1], strides=[1, 3, 3, 1], padding="VALID")
     np.testing.assert_array_equal(plain.view(np.uint16), np.asarray(g3).view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+@pytest.mark.parametrize("k", [2, 3])
+def test_max_pool_grad_zeros_and_subnormals_as_stock(tf, dtype, k):
+    """Stock's MaxPoolGrad adds each gradient into a zeroed buffer under DAZ: -0 and (float32
+    and float64, or bfloat16 widened) subnormal gradients come out as +0."""
+    import tf_backend
+    x = tf.cast(tf.constant(np.arange(36, dtype=np.float32).reshape(1, 6, 6, 1)), dtype)
+    y = tf.nn.max_pool2d(x, k, k, "VALID")
+    tiny = {"float32": 1e-40, "float64": 1e-310, "bfloat16": 1e-40, "float16": 1e-7}[dtype]
+    for v in (-0.0, -tiny, tiny, -2.5):
+        dy = tf.fill(y.shape, tf.constant(v, dtype))
+
+        def f():
+            return tf.raw_ops.MaxPoolGrad(orig_input=x, orig_output=y, grad=dy,
+                                          ksize=[1, k, k, 1], strides=[1, k, k, 1],
+                                          padding="VALID")
+        ref = np.asarray(tf.function(f)()).astype(np.float64)
+        with tf_backend.enabled():
+            ours = np.asarray(tf.function(f)()).astype(np.float64)
+        np.testing.assert_array_equal(ours, ref)
+        np.testing.assert_array_equal(np.signbit(ours), np.signbit(ref))

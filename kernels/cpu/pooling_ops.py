@@ -157,12 +157,13 @@ def _avg_pool(x, out, KH, KW, sh, sw, pt, pl):
                 o[c] /= cnt
 
 
-def _max_pool_grad(x, dy, dx, KH, KW, sh, sw, pt, pl):
+def _max_pool_grad(x, dy, dx, KH, KW, sh, sw, pt, pl, zero):
     """Each window's gradient goes to its first maximum, per channel; parallel over images.
     The window's maximum per channel is kept as a value and a flat pixel index updated by
     selects (vectorised over channels). Windows that do not overlap (strides at least the
     window) write their pixels' gradients directly, the maximum's or 0; overlapping ones add
-    into a zeroed dx."""
+    into a zeroed dx. A gradient is written as stock's kernels write it, added to a zero under
+    DAZ (zero: +0 of dx's dtype): -0 and subnormals become +0."""
     N, H, W, C = x.shape
     OH, OW = dy.shape[1], dy.shape[2]
     apart = sh >= KH and sw >= KW
@@ -208,12 +209,12 @@ def _max_pool_grad(x, dy, dx, KH, KW, sh, sw, pt, pl):
                             d = dxn[ih, iw]
                             p = ih * W + iw
                             for c in range(C):
-                                gc = g[c]
+                                gc = ftz(g[c]) + zero   # added to a zero, as stock's
                                 d[c] = gc if at[c] == p else 0
                 else:
                     for c in range(C):
                         a = at[c]
-                        dxn[a // W, a % W, c] += g[c]
+                        dxn[a // W, a % W, c] += ftz(g[c])
 
 
 def _max_pool_grad_2x2(x, dy, dx, zero, one, relu, sums, add):
@@ -253,9 +254,9 @@ def _max_pool_grad_2x2(x, dy, dx, zero, one, relu, sums, add):
                 t3 = m3 < vd      # the last strictly greater value wins
                 t2 = t2 & (not t3)     # (bitwise: no branches)
                 t1 = t1 & (not (t2 | t3))
-                gk = g[go + k]
+                gk = ftz(g[go + k]) + zero   # stock adds it to a zeroed buffer (DAZ)
                 if relu:
-                    gk = gk * (one if (vd if t3 else m3) > zero else zero)
+                    gk = gk * (one if ftz(vd if t3 else m3) > zero else zero)
                 d0[i0 + k] = zero if (t1 | t2 | t3) else gk
                 d0[i1 + k] = gk if t1 else zero
                 d1[i0 + k] = gk if t2 else zero
@@ -520,7 +521,7 @@ def max_pool_grad(inputs, outputs, attrs):
     if fmt == "NHWC" and _grad_2x2(x, dy, dx, g, False):
         return
     maxg = _MAXG[1] if x.shape[0] > 1 and dy.size * g.kh * g.kw >= PARALLEL_MIN else _MAXG[0]
-    maxg(x, dy, dx, *_args(g))
+    maxg(x, dy, dx, *_args(g), dx.dtype.type(0))
 
 
 def max_pool_grad_relu(inputs, out, attrs, bias_grad=None):
