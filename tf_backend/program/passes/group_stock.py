@@ -8,16 +8,32 @@ inside a training step 40-50 us each: its caches and TensorFlow's threads gone c
 SGD step interleaves six gradient products with six AssignSubVariableOps: each assignment paid
 that price.
 
-How: list scheduling over data and control edges. TensorFlow nodes that depend on none of our
-nodes (reads of the program's handles) go first, as early as they are ready; our nodes keep
-their order; TensorFlow nodes that wait on ours run only when none of ours is ready, so they
-gather at the points where our work runs out (the optimizer's assignments at the end). Among
+How: list scheduling over data and control edges, in phases: TensorFlow's nodes run while any
+of them is ready (first the reads that depend on none of our nodes), then ours while any of ours
+is ready, and so on, each side in program order; TensorFlow nodes that wait on ours gather at
+the points where our work runs out (the optimizer's assignments at the end), and a run of them
+is not cut short by one of our nodes that became ready in between. Among
 TensorFlow nodes other than reads the program's order stays (a later one never overtakes an
-earlier one), whatever their effects.
+earlier one), except that variable ops (tf_adapter.GROUP_OPS) on different variables of the
+program's handles keep only their order relative to each other node on the same handle and
+to every other TensorFlow node: TensorFlow's automatic control dependencies chain the ops of
+one resource, not of different ones, so stock's executor may run them in either order too.
+An optimizer step then makes two TensorFlow runs (every slot update, then every weight
+update), not one per variable where a weight's update waits on our kernel.
 """
 import heapq
 
+from ... import tf_adapter as tfa
+
 _TF = ("stock", "reads")
+
+
+def _variable(x, handles):
+    """The handle slot a variable op of the program's own handles works on, else None."""
+    if (x.kind == "stock" and x.op in tfa.GROUP_OPS and x.inputs and x.inputs[0] in handles
+            and not x.subs and not x.attrs.get("xla_function")):
+        return x.inputs[0]
+    return None
 
 
 def run(prog):
@@ -40,33 +56,47 @@ def run(prog):
             j = index.get(id(c))
             if j is not None:
                 preds[i].add(j)
-    ordered = [i for i, x in enumerate(nodes) if x.kind in _TF and not _pure_read(x)]
-    for a, b in zip(ordered, ordered[1:]):   # effects keep the program's order
-        preds[b].add(a)
-    # early: a TensorFlow node none of whose ancestors is ours
-    early = [False] * n
+    # effects keep the program's order: per variable, and every other one against all
+    handles = set(prog.inputs)
+    last_any, last_other, last_on = None, None, {}
     for i, x in enumerate(nodes):
-        early[i] = x.kind in _TF and all(early[p] for p in preds[i])
+        if x.kind not in _TF or _pure_read(x):
+            continue
+        h = _variable(x, handles)
+        if h is None:
+            if last_any is not None:
+                for j in {last_any, *last_on.values()}:
+                    preds[i].add(j)
+            last_other, last_on = i, {}
+        else:
+            for j in (last_other, last_on.get(h)):
+                if j is not None:
+                    preds[i].add(j)
+            last_on[h] = i
+        last_any = i
     succs = [[] for _ in range(n)]
     count = [len(p) for p in preds]
     for i, p in enumerate(preds):
         for j in p:
             succs[j].append(i)
 
-    def prio(i):
-        x = nodes[i]
-        return (0 if early[i] else 1 if x.kind not in _TF else 2, i)
-
-    ready = [prio(i) for i in range(n) if count[i] == 0]
-    heapq.heapify(ready)
-    out = []
-    while ready:
-        _, i = heapq.heappop(ready)
+    # two ready lists, ours and TensorFlow's, each in program order; the side that runs keeps
+    # running while it has a ready node, TensorFlow's first (the reads that need none of ours)
+    tf_node = [x.kind in _TF for x in nodes]
+    ready = {True: [], False: []}
+    for i in range(n):
+        if count[i] == 0:
+            ready[tf_node[i]].append(i)
+    out, side = [], True
+    while ready[True] or ready[False]:
+        if not ready[side]:
+            side = not side
+        i = heapq.heappop(ready[side])
         out.append(nodes[i])
         for j in succs[i]:
             count[j] -= 1
             if count[j] == 0:
-                heapq.heappush(ready, prio(j))
+                heapq.heappush(ready[tf_node[j]], j)
     if len(out) != n:   # a cycle cannot happen in a valid program; keep it as it was
         return prog
     moved = sum(1 for a, b in zip(out, nodes) if a is not b)
