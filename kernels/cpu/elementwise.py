@@ -1,7 +1,7 @@
 """Turns the elementwise table into numba kernels for the CPU device.
 
-For every (op, dtype kind) it generates, into a source file in the cache directory (so numba's
-on-disk cache works), a scalar function, a serial flat loop and a parallel flat loop. Same-shape
+For every (op, dtype kind) it generates, into a source file per op in the cache directory (so
+numba's on-disk cache works; each imported on the op's first use), a scalar function, a serial flat loop and a parallel flat loop. Same-shape
 and scalar-broadcast calls use the flat loops, an operand broadcast along out's leading or
 trailing dims uses block loops, and other broadcasting uses a numba ufunc built lazily from the
 scalar function. Nothing compiles until an op is first used with a dtype.
@@ -200,9 +200,11 @@ def {f}_chk(ys):
 '''
 
 
-def _source():
-    parts = [_HEADER]
+def _chunks():
+    """The generated source of each op (every dtype kind of it), by op name."""
+    chunks = {}
     for name, e in sorted(TABLE.items()):
+        parts = chunks.setdefault(name, [])
         kinds = sorted({kind_of(d) for d in e.dtypes})
         pp = "".join(", " + p for p in e.params)
         for k in kinds:
@@ -232,7 +234,12 @@ def _source():
             parts.append(tpl.format(f=f"{name}_{k}", expr=expr, pp=pp, pa=pp, pre=pre))
             if k in e.check:
                 parts.append(_CHECK.format(f=f"{name}_{k}", cond=e.check[k][0]))
-    return "".join(parts)
+    return {name: "".join(parts) for name, parts in chunks.items()}
+
+
+def _source():
+    """Every op's generated source, as one text (its digest names the generated files)."""
+    return _HEADER + "".join(c for _, c in sorted(_chunks().items()))
 
 
 def _cache_dir():
@@ -277,15 +284,50 @@ def _keep_bytecode(path):
         pass   # the import compiles it in memory, as before
 
 
+class _Generated:
+    """The generated kernels as attributes (`Abs_f_loop`, `AddV2_bf_s`, ...), one module per
+    op, written to the cache directory and imported on the first use of one of its names:
+    executing all 89 ops' ~5000 definitions at once took 0.18 s of every start (AMD EPYC Zen 5).
+    Names start with their op (op names have no underscore); no op's code calls another's."""
+
+    def __init__(self, digest, chunks):
+        self.__name__ = f"_tf_backend_ew_cpu_{digest}"   # (other generated sources' salt)
+        self._digest, self._chunks, self._mods = digest, chunks, {}
+        self._lock = threading.Lock()
+
+    def _module(self, op):
+        mod = self._mods.get(op)
+        if mod is None:
+            with self._lock:
+                mod = self._mods.get(op)
+                if mod is None:
+                    mod = self._mods[op] = import_generated(
+                        _HEADER + self._chunks[op], f"ew_cpu_{self._digest}_{op}.py",
+                        f"{self.__name__}_{op}")
+        return mod
+
+    def defines(self, name):
+        """Whether the generated source defines `name` (without importing its module)."""
+        chunk = self._chunks.get(name.split("_", 1)[0])
+        return chunk is not None and f"\ndef {name}(" in chunk
+
+    def __getattr__(self, name):
+        op = name.split("_", 1)[0]
+        if name.startswith("_") or op not in self._chunks:
+            raise AttributeError(name)
+        return getattr(self._module(op), name)
+
+
 def _load_generated():
-    src = _source()
-    # numba's cache only watches the generated file: key it on the helpers' source as well.
+    chunks = _chunks()
+    src = _HEADER + "".join(c for _, c in sorted(chunks.items()))
+    # numba's cache only watches the generated files: key them on the helpers' source as well.
     helpers = b""
     for h in ("scalar.py", "half_bits.py", "scalar_bits.py"):
         with open(os.path.join(os.path.dirname(__file__), h), "rb") as f:
             helpers += f.read()
     digest = hashlib.sha1(src.encode() + helpers).hexdigest()[:16]
-    return import_generated(src, f"ew_cpu_{digest}.py", f"_tf_backend_ew_cpu_{digest}")
+    return _Generated(digest, chunks)
 
 
 GEN = _load_generated()
@@ -314,7 +356,7 @@ class _Loops:
         return d
 
     def has(self, name):
-        return hasattr(GEN, f"{self._prefix}_{name}")
+        return GEN.defines(f"{self._prefix}_{name}")
 
 
 def ensure_helpers(fn):
