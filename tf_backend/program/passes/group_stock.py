@@ -81,22 +81,43 @@ def run(prog):
             succs[j].append(i)
 
     # two ready lists, ours and TensorFlow's, each in program order; the side that runs keeps
-    # running while it has a ready node, TensorFlow's first (the reads that need none of ours)
+    # running while it has a ready node, TensorFlow's first: the reads that need none of ours
+    # (an effect ready that early, as a step counter's increment, waits for the next run of
+    # TensorFlow's nodes instead of joining the reads)
     tf_node = [x.kind in _TF for x in nodes]
     ready = {True: [], False: []}
+    held = []     # effects ready before any of our nodes ran
+
+    def push(i):
+        if tf_node[i] and not started and not _pure_read(nodes[i]):
+            held.append(i)
+        else:
+            heapq.heappush(ready[tf_node[i]], i)
+
+    started = not any(not t for t in tf_node)
     for i in range(n):
         if count[i] == 0:
-            ready[tf_node[i]].append(i)
+            push(i)
     out, side = [], True
-    while ready[True] or ready[False]:
+    while ready[True] or ready[False] or held:
         if not ready[side]:
             side = not side
+            if not ready[side]:   # only held effects left
+                started = True
+                for i in held:
+                    heapq.heappush(ready[True], i)
+                held, side = [], True
         i = heapq.heappop(ready[side])
+        if not side and not started:
+            started = True
+            for j in held:
+                heapq.heappush(ready[True], j)
+            held = []
         out.append(nodes[i])
         for j in succs[i]:
             count[j] -= 1
             if count[j] == 0:
-                heapq.heappush(ready[tf_node[j]], j)
+                push(j)
     if len(out) != n:   # a cycle cannot happen in a valid program; keep it as it was
         return prog
     moved = sum(1 for a, b in zip(out, nodes) if a is not b)
