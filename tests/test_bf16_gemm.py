@@ -201,3 +201,37 @@ def test_product_of_a_transposed_operand(tf, shape):
     ref = tf.matmul(tf.constant(x), tf.constant(dy), transpose_a=True).numpy()
     diff = np.abs(got.view(np.uint16).astype(np.int32) - ref.view(np.uint16).astype(np.int32))
     assert diff.max() <= 1
+
+
+@pytest.mark.parametrize("xs,fs,pad", [
+    ((4, 32, 32, 3), (3, 3, 3, 32), "SAME"),      # a first layer: dy read in place as panels
+    ((2, 20, 24, 3), (3, 3, 3, 40), "VALID"),     # 40 columns: dy packed (32 + 8)
+    ((3, 18, 16, 1), (5, 5, 1, 16), "SAME"),
+])
+def test_first_layer_filter_gradient_reads_dy_as_bfloat16(tf, xs, fs, pad):
+    """A first layer's bfloat16 filter gradient on the float32 tiles with dy's panels widened
+    as they are loaded: the bits of widening dy to float32 first (the same sums), within one
+    rounding of stock's; a non-finite dy with padding is left to the widening kernel."""
+    from kernels.cpu.half_bits import narrow_into, widen
+    bf = _bf()
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(xs).astype(bf)
+    attrs = {"strides": [1, 1, 1, 1], "padding": pad, "data_format": "NHWC",
+             "dilations": [1, 1, 1, 1], "explicit_paddings": []}
+    g, _, _ = conv_geometry(xs, fs, attrs, "Conv2DBackpropFilter", bf)
+    dy = rng.standard_normal((xs[0], g.oh, g.ow, fs[3])).astype(bf)
+    df = np.empty(fs, bf)
+    assert bf16_gemm.backprop_filter_few_into(df, x, dy, g)
+    wide = np.empty(fs, np.float32)
+    assert bf16_gemm.backprop_filter_few_into(wide, widen(x), widen(dy), g)
+    ref_bits = np.empty(fs, bf)
+    narrow_into(ref_bits, wide)
+    np.testing.assert_array_equal(df.view(np.uint16), ref_bits.view(np.uint16))
+    ref = tf.raw_ops.Conv2DBackpropFilter(
+        input=tf.constant(x), filter_sizes=list(fs), out_backprop=tf.constant(dy),
+        strides=[1, 1, 1, 1], padding=pad).numpy()
+    d = np.abs(df.view(np.uint16).astype(np.int32) - ref.view(np.uint16).astype(np.int32))
+    assert d.max() <= 1 and (d == 0).mean() > 0.95, (d.max(), (d == 0).mean())
+    if pad == "SAME":
+        dy.reshape(-1)[5] = np.inf
+        assert not bf16_gemm.backprop_filter_few_into(df, x, dy, g)

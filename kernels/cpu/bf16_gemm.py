@@ -30,7 +30,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
 from kernels.cpu import filter_cache, jit
-from kernels.cpu.half_bits import narrow_into
+from kernels.cpu.half_bits import narrow_into, widen
 from kernels.cpu.scratch import scratch
 from shape_fns.conv_ops import Window
 from shape_fns.host import cpu_flags, onednn_runs
@@ -63,7 +63,7 @@ def _phis(builder, ty, values, block):
     return out
 
 
-def _tile(mr, accumulate=False, nv=4, f32=False, strided=False, ldb=False):
+def _tile(mr, accumulate=False, nv=4, f32=False, strided=False, ldb=False, b16=False):
     """An intrinsic computing C[0:mr, 0:min(64, ncols)] = sum over segments s of
     A_s[0:mr, 0:2kp] @ the panel's rows for s, accumulated in float32, + bias, Relu where relu
     is set, stored rounded to bfloat16: tile(a_addr, lda, offs_addr, nseg, kp, b_addr, c_addr,
@@ -82,6 +82,8 @@ def _tile(mr, accumulate=False, nv=4, f32=False, strided=False, ldb=False):
     elements apart (b: the panel's first column; every row of the panel inside B: the
     caller's panels divide N; segment s reads rows s * kp ...), and A's values of a row a
     thirteenth's apart (1: adjacent; a transposed A: its rows adjacent, lda 1).
+    b16 (float32, packed B): the panels hold bfloat16 values (uint16, nr a row), each widened
+    to float32 as it is loaded (a shift: exact), so B is never widened in memory.
     """
 
     def body(typingctx):
@@ -140,6 +142,13 @@ def _tile(mr, accumulate=False, nv=4, f32=False, strided=False, ldb=False):
                 bel = builder.mul(builder.add(row0, p), args[11])
                 bs = [builder.load(builder.bitcast(builder.gep(b_f, [builder.add(
                     bel, k64(16 * j))]), vf.as_pointer()), align=4) for j in range(nv)]
+            elif b16:   # 16 bfloat16 values a register: zero-extended, shifted to the top
+                brow = builder.mul(builder.add(row0, p), k64(nv))
+                b_h = builder.inttoptr(b_addr, ir.VectorType(i16, 16).as_pointer())
+                sh = ir.Constant(vi, [16] * 16)
+                bs = [builder.bitcast(builder.shl(builder.zext(builder.load(
+                    builder.gep(b_h, [builder.add(brow, k64(j))]), align=2), vi), sh), vf)
+                    for j in range(nv)]
             else:
                 brow = builder.mul(builder.add(row0, p), k64(nv))
                 bs = [builder.bitcast(builder.load(builder.gep(b_p, [builder.add(brow, k64(j))]),
@@ -520,18 +529,22 @@ def strided_width(n):
     return panel_width(n)
 
 
-def pack_b(b, nr=NR):
-    """B[K, N] (bfloat16 bits, uint16) as panels nr columns wide of packed pairs (float32 B:
-    of single values), 64-byte aligned, in this thread's work buffer (valid until its next
-    pack_b: a fresh multi-MB array each call cost a page fault per 4 KiB)."""
+def pack_b(b, nr=NR, single=False):
+    """B[K, N] (bfloat16 bits, uint16) as panels nr columns wide of packed pairs (float32 B, or
+    bfloat16 bits with `single`: of single values), 64-byte aligned, in this thread's work
+    buffer (valid until its next pack_b: a fresh multi-MB array each call cost a page fault per
+    4 KiB)."""
     K, N = b.shape
     f32 = b.dtype == np.float32
-    shape = ((N + nr - 1) // nr, max(1, K if f32 else (K + 1) // 2), nr)
+    one = f32 or single
+    shape = ((N + nr - 1) // nr, max(1, K if one else (K + 1) // 2), nr)
     n = shape[0] * shape[1] * nr
-    raw = scratch((n + 16,), np.float32 if f32 else np.uint32, "bf16_b")
-    off = (-raw.ctypes.data % 64) // 4
+    lanes = 32 if b.dtype == np.uint16 and single else 16    # values per 64 bytes
+    raw = scratch((n + lanes,), np.float32 if f32 else np.uint16 if single else np.uint32,
+                  "bf16_b")
+    off = (-raw.ctypes.data % 64) // raw.itemsize
     out = raw[off:off + n].reshape(shape)
-    (_PACK_F if f32 else _PACK)[1 if out.size >= 1 << 16 else 0](b, out)
+    (_PACK_F if one else _PACK)[1 if out.size >= 1 << 16 else 0](b, out)
     return out
 
 
@@ -875,10 +888,11 @@ _FGRAD = (njit(cache=True, nogil=True)(_filter_grad), jit.parallel(_filter_grad)
 
 
 @functools.lru_cache(maxsize=None)
-def _strided_set():
+def _strided_set(b16=False):
     """Accumulating float32 tiles with A's values `step` apart (passed as `relu`): 1..MR rows,
-    64-, 32- and 16-column panels (made when first typed, as _tile_set)."""
-    return tuple(tuple(_tile(m, accumulate=True, nv=nv, f32=True, strided=True)
+    64-, 32- and 16-column panels (made when first typed, as _tile_set); b16: their panels of
+    bfloat16 values."""
+    return tuple(tuple(_tile(m, accumulate=True, nv=nv, f32=True, strided=True, b16=b16)
                        for m in range(1, MR + 1)) for nv in (4, 2, 1))
 
 
@@ -891,13 +905,30 @@ def _strided_typed(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, 
     return _dispatcher("strided_f32", *_strided_set())
 
 
+def _strided_tile_b(kind, bkind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
+    """_strided_tile with panels of bkind's dtype: float32, or bfloat16 bits (uint16)."""
+
+
+@overload(_strided_tile_b)
+def _strided_b_typed(kind, bkind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0,
+                     relu):
+    b16 = bkind.dtype == types.uint16
+    call = njit(inline="always")(
+        _dispatcher("strided_f32_b16" if b16 else "strided_f32_b", *_strided_set(b16)))
+
+    def impl(kind, bkind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu):
+        call(kind, mr, nr, pa, lda, o0, nseg, kp, pb, pc, ldc, ncols, z0, relu)
+    return jit.named(impl, "_strided_b_b16" if b16 else "_strided_b_f32")
+
+
 def _filter_grad_few(xp, bp, offs, KH, dh, parts, seg_block):
     """parts[b, (kh, kw, c), O] = the filter gradient over segment block b of a convolution
     with few input channels (float32, unit stride and width dilation): a tile's rows are the
     (kw, c) pairs of one filter row, adjacent in the padded NHWC input xp (lda 1, A's step C
     a pixel); a segment is an output row (its input row's offset at offs), its OW pixels a
-    reduction over dy's rows in the panels bp. Blocks of seg_block segments (fixed by the
-    shapes) are summed apart and added in order by the caller."""
+    reduction over dy's rows in the panels bp (float32, or bfloat16 bits widened as loaded).
+    Blocks of seg_block segments (fixed by the shapes) are summed apart and added in order by
+    the caller."""
     Wp, C = xp.shape[2], xp.shape[3]
     R = parts.shape[1] // KH
     n_pan, nr = bp.shape[0], bp.shape[2]
@@ -907,6 +938,7 @@ def _filter_grad_few(xp, bp, offs, KH, dh, parts, seg_block):
     rt = (R + MR - 1) // MR
     ldc = parts.strides[1] // 4
     x0, b0, c0, o0 = xp.ctypes.data, bp.ctypes.data, parts.ctypes.data, offs.ctypes.data
+    bsize = bp.itemsize
     for t in prange(nb * KH * rt * n_pan):
         b = t // (KH * rt * n_pan)
         q = t - b * (KH * rt * n_pan)
@@ -916,10 +948,10 @@ def _filter_grad_few(xp, bp, offs, KH, dh, parts, seg_block):
         j = q - (q // n_pan) * n_pan
         s0 = b * seg_block
         ns = min(seg_block, nseg - s0)
-        _strided_tile(xp, min(MR, R - r0), nr, x0 + (kh * dh * Wp * C + r0) * 4, 1,
-                      o0 + s0 * 8, ns, kp, b0 + (j * bp.shape[1] + s0 * kp) * nr * 4,
-                      c0 + ((b * parts.shape[1] + kh * R + r0) * ldc + j * nr) * 4, ldc, 0, 0,
-                      C)
+        _strided_tile_b(xp, bp, min(MR, R - r0), nr, x0 + (kh * dh * Wp * C + r0) * 4, 1,
+                        o0 + s0 * 8, ns, kp, b0 + (j * bp.shape[1] + s0 * kp) * nr * bsize,
+                        c0 + ((b * parts.shape[1] + kh * R + r0) * ldc + j * nr) * 4, ldc, 0, 0,
+                        C)
 
 
 def _scatter_input_grad(dy, bp, dx, KH, KW, dh, dw):
@@ -985,7 +1017,8 @@ FEW_ROWS_MAX = 4 * MR   # (kw, c) rows of a filter row up to which it runs
 
 def backprop_filter_few_into(df, x, dy, g, any_rows=False, dy_finite=False):
     """df (float32 [KH, KW, C, O]) = Conv2DBackpropFilter of a first layer (few input channels:
-    KW * C rows, at most 4 tiles) with unit strides and width dilation; False where it
+    KW * C rows, at most 4 tiles) with unit strides and width dilation (bfloat16 df, x and dy:
+    x widened, dy read as bfloat16 by the tiles, the float32 sums rounded once); False where it
     does not apply (the caller's kernel runs it). Zero padding is a padded copy of x: a
     non-finite dy would meet it (zeros times Inf), so only finite dy with padding.
     any_rows: any number of input channels (a filter row's KW * C rows in tiles of MR; the
@@ -993,6 +1026,15 @@ def backprop_filter_few_into(df, x, dy, g, any_rows=False, dy_finite=False):
     against the channels-first kernel (backprop_filter_into). dy_finite: the caller checked."""
     KH, KW, C, O = df.shape
     N, H, W, _ = x.shape
+    if df.dtype.name == "bfloat16":   # bfloat16 in and out: the same float32 sums, one rounding
+        if x.dtype != df.dtype or dy.dtype != df.dtype:
+            return False
+        acc = scratch(df.shape, np.float32, "bf16_df")
+        xf = widen(x, scratch(x.shape, np.float32, "bf16_xf"))
+        if not backprop_filter_few_into(acc, xf, dy.view(np.uint16), g, any_rows, dy_finite):
+            return False
+        narrow_into(df, acc)
+        return True
     if (x.dtype != np.float32 or g.sh != 1 or g.sw != 1 or g.dw != 1
             or (KW * C > FEW_ROWS_MAX and not any_rows)
             or O < 16 or not df.size or not dy.size or dy.shape != (N, g.oh, g.ow, O)):
@@ -1008,7 +1050,7 @@ def backprop_filter_few_into(df, x, dy, g, any_rows=False, dy_finite=False):
         xp = np.ascontiguousarray(x)
     dy2 = np.ascontiguousarray(dy).reshape(-1, O)
     nr = strided_width(O)
-    bp = dy2.reshape(1, -1, O) if O == nr else pack_b(dy2, nr)
+    bp = dy2.reshape(1, -1, O) if O == nr else pack_b(dy2, nr, single=True)
     offs = ((np.arange(N, dtype=np.int64)[:, None] * Hp
              + np.arange(g.oh, dtype=np.int64)) * (Wp * C)).reshape(-1)
     nb = (offs.shape[0] + FEW_SEGMENTS - 1) // FEW_SEGMENTS

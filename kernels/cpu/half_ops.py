@@ -79,10 +79,19 @@ def _bf16_backprop_input(inputs, dx, attrs):
 
 def _bf16_backprop_filter(inputs, df, attrs):
     """Conv2DBackpropFilter of a unit-stride convolution on the bfloat16 dot products
-    (bf16_gemm.backprop_filter_into); False: not here."""
+    (bf16_gemm.backprop_filter_into), or of a first layer (few input channels, as
+    conv_ops.backprop_filter_nhwc picks it) on the float32 tiles reading dy as bfloat16
+    (bf16_gemm.backprop_filter_few_into: the bits of widening dy first, without its float32
+    copy); False: not here."""
     x, _, dy = inputs
     g = _bf16_window("Conv2DBackpropFilter", df, (df, x, dy), x.shape, df.shape, attrs)
-    return g is not None and bf16_gemm.backprop_filter_into(df, x, dy, g)
+    if g is None:
+        return False
+    if bf16_gemm.backprop_filter_into(df, x, dy, g):
+        return True
+    return (x.shape[3] <= conv_ops.FEW_CHANNELS and bf16_gemm.runs_f32()
+            and x.shape[0] * g.oh * g.ow >= conv_ops.FEW_TILES_MIN_PIXELS
+            and bf16_gemm.backprop_filter_few_into(df, x, dy, g))
 
 
 def bias_relu_product(op, attrs, inputs, bias, out):
