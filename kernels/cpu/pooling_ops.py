@@ -6,7 +6,8 @@ when strictly greater, so a leading NaN keeps it); AvgPool divides by the number
 elements of each window.
 """
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from kernels import kernel
 from kernels.cpu import jit
@@ -217,17 +218,19 @@ def _max_pool_grad(x, dy, dx, KH, KW, sh, sw, pt, pl, zero):
                         dxn[a // W, a % W, c] += ftz(g[c])
 
 
-def _max_pool_grad_2x2(x, dy, dx, zero, one, relu, sums, add):
+def _max_pool_grad_2x2(x, dy, dx, zero, one, relu, sums, add, bf):
     """_max_pool_grad for 2x2 windows at stride 2 inside the image: the window's first maximum
     found in registers (window order, NaN never taken), its four pixels written at once,
     vectorised over channels; pixels beyond the last window (odd sides) get 0 (zero: 0 of
-    dx's dtype). relu: then ReluGrad(dx, x) in the same pass (x is a Relu's output): the
-    maximum's gradient times (maximum > 0), as ReluGrad multiplies; the other pixels' +0
-    stays +0. add: sums (float64 [N * OH, C]) gets each window row's per-channel sums of what
-    it wrote (a BiasAddGrad of dx, finished by the caller in a fixed order), read back from
-    the rows just written. The rows are indexed flat (one base pointer a row): with a pointer
-    per pixel and the sums in the same loop LLVM kept it scalar (32x26x26x16: 0.21 -> 0.086 ms
-    on one thread)."""
+    dx's dtype). float32/float64, or float16 (bf False) / bfloat16 (bf True) bit patterns
+    (uint16), compared widened in registers, nothing widened in memory. Each maximum gets the
+    gradient as stock writes it (_grad_of). relu: then ReluGrad(dx, x) in the same pass (x is
+    a Relu's output): the maximum's gradient times (maximum > 0), as ReluGrad multiplies; the
+    other pixels' +0 stays +0. add: sums (float64 [N * OH, C]) gets each window row's
+    per-channel sums of what it wrote (a BiasAddGrad of dx, finished by the caller in a fixed
+    order), read back from the rows just written. The rows are indexed flat (one base pointer a
+    row): with a pointer per pixel and the sums in the same loop LLVM kept it scalar
+    (32x26x26x16: 0.21 -> 0.086 ms on one thread)."""
     H, W, C = x.shape[1], x.shape[2], x.shape[3]
     OH, OW = dy.shape[1], dy.shape[2]
     for q in prange(dy.shape[0] * OH):
@@ -243,10 +246,10 @@ def _max_pool_grad_2x2(x, dy, dx, zero, one, relu, sums, add):
             i1 = i0 + C
             go = ow * C
             for k in range(C):
-                m1 = r0[i0 + k]
-                vb = r0[i1 + k]
-                vc = r1[i0 + k]
-                vd = r1[i1 + k]
+                m1 = _wv(r0[i0 + k], bf)
+                vb = _wv(r0[i1 + k], bf)
+                vc = _wv(r1[i0 + k], bf)
+                vd = _wv(r1[i1 + k], bf)
                 t1 = m1 < vb
                 m2 = vb if t1 else m1
                 t2 = m2 < vc
@@ -254,9 +257,7 @@ def _max_pool_grad_2x2(x, dy, dx, zero, one, relu, sums, add):
                 t3 = m3 < vd      # the last strictly greater value wins
                 t2 = t2 & (not t3)     # (bitwise: no branches)
                 t1 = t1 & (not (t2 | t3))
-                gk = ftz(g[go + k]) + zero   # stock adds it to a zeroed buffer (DAZ)
-                if relu:
-                    gk = gk * (one if ftz(vd if t3 else m3) > zero else zero)
+                gk = _grad_of(g[go + k], relu, ftz(vd if t3 else m3) > 0, zero, one, bf)
                 d0[i0 + k] = zero if (t1 | t2 | t3) else gk
                 d0[i1 + k] = gk if t1 else zero
                 d1[i0 + k] = gk if t2 else zero
@@ -268,13 +269,75 @@ def _max_pool_grad_2x2(x, dy, dx, zero, one, relu, sums, add):
                 i0 = 2 * ow * C
                 i1 = i0 + C
                 for k in range(C):
-                    srow[k] += (d0[i0 + k] + d0[i1 + k]) + (d1[i0 + k] + d1[i1 + k])
+                    srow[k] += _sum4(d0[i0 + k], d0[i1 + k], d1[i0 + k], d1[i1 + k], bf)
         for w in range(2 * OW * C, W * C):
-            d0[w] = 0
-            d1[w] = 0
+            d0[w] = zero
+            d1[w] = zero
         if oh == OH - 1:
             for h in range(2 * OH, H):
-                dx[n, h] = 0
+                dx[n, h] = zero
+
+
+def _wv(v, bf):
+    """An input value compared as float: itself, or float16/bfloat16 bits widened."""
+
+
+@overload(_wv)
+def _wv_typed(v, bf):
+    if isinstance(v, types.Integer):
+        def bits(v, bf):
+            return bf2f(v) if bf else h2f(v)
+        return bits
+
+    def values(v, bf):
+        return v
+    return values
+
+
+def _grad_of(g, relu, keep, zero, one, bf):
+    """The gradient a window's maximum gets, as stock's MaxPoolGrad writes it (added to a
+    zeroed buffer under DAZ: -0 and subnormals +0; half bits through _flushed) and, with relu,
+    ReluGrad's product with keep (the flushed maximum > 0): its half kernel's FTZ product,
+    rounded once (the gradient times 0: -0 for a negative one, NaN for Inf/NaN)."""
+
+
+@overload(_grad_of, inline="always")
+def _grad_of_typed(g, relu, keep, zero, one, bf):
+    if isinstance(g, types.Integer):
+        def bits(g, relu, keep, zero, one, bf):
+            gk = _flushed(g, bf)
+            if relu:
+                v = ftz(_wv(gk, bf))
+                if not keep:
+                    v = v * np.float32(0)
+                gk = f2h(v)
+                if bf:
+                    gk = f2bf(v)
+            return gk
+        return bits
+
+    def values(g, relu, keep, zero, one, bf):
+        gk = ftz(g) + zero
+        if relu:
+            gk = gk * (one if keep else zero)
+        return gk
+    return values
+
+
+def _sum4(a, b, c, d, bf):
+    """The sum of a window's four written values (three of them +0), as float64 is added."""
+
+
+@overload(_sum4, inline="always")
+def _sum4_typed(a, b, c, d, bf):
+    if isinstance(a, types.Integer):
+        def bits(a, b, c, d, bf):
+            return _wv(a | b | c | d, bf)
+        return bits
+
+    def values(a, b, c, d, bf):
+        return (a + b) + (c + d)
+    return values
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -337,69 +400,6 @@ def _max_pool_grad_bits(x, dy, dx, KH, KW, sh, sw, pt, pl, bf):
                             d[c] = gc if at[c] == p else np.uint16(0)
 
 
-def _max_pool_grad_bits_2x2(x, dy, dx, relu, sums, add, bf):
-    """_max_pool_grad_2x2 on float16 (bf False) or bfloat16 (bf True) bit patterns: the window
-    compared widened in registers, the maximum's pixel gets dy's own bits (nothing rounded), the
-    others +0. relu: ReluGrad's value instead, as its half kernel computes it (TensorFlow's
-    FTZ/DAZ: the gradient and the maximum read with subnormals as zero, the product rounded
-    once): the gradient where the maximum is above 0, else the gradient times 0 (-0 for a
-    negative one, NaN for Inf/NaN). add: sums (float64 [N * OH, C]) gets each window row's
-    per-channel sums of the widened values written (BiasAddGrad's reading of them). The
-    gradient's bits as _flushed gives them (the pool's gradient, then ReluGrad's product)."""
-    H, W, C = x.shape[1], x.shape[2], x.shape[3]
-    OH, OW = dy.shape[1], dy.shape[2]
-    z = np.uint16(0)
-    for q in prange(dy.shape[0] * OH):
-        n = q // OH
-        oh = q - n * OH
-        r0 = x[n, 2 * oh].reshape(-1)
-        r1 = x[n, 2 * oh + 1].reshape(-1)
-        d0 = dx[n, 2 * oh].reshape(-1)
-        d1 = dx[n, 2 * oh + 1].reshape(-1)
-        g = dy[n, oh].reshape(-1)
-        for ow in range(OW):
-            i0 = 2 * ow * C
-            i1 = i0 + C
-            go = ow * C
-            for k in range(C):
-                m1 = bf2f(r0[i0 + k]) if bf else h2f(r0[i0 + k])
-                vb = bf2f(r0[i1 + k]) if bf else h2f(r0[i1 + k])
-                vc = bf2f(r1[i0 + k]) if bf else h2f(r1[i0 + k])
-                vd = bf2f(r1[i1 + k]) if bf else h2f(r1[i1 + k])
-                t1 = m1 < vb
-                m2 = vb if t1 else m1
-                t2 = m2 < vc
-                m3 = vc if t2 else m2
-                t3 = m3 < vd      # the last strictly greater value wins
-                t2 = t2 & (not t3)
-                t1 = t1 & (not (t2 | t3))
-                gk = _flushed(g[go + k], bf)
-                if relu:
-                    v = ftz(bf2f(gk) if bf else h2f(gk))
-                    keep = ftz(vd if t3 else m3) > np.float32(0)
-                    v = v * (np.float32(1) if keep else np.float32(0))
-                    gk = f2bf(v) if bf else f2h(v)
-                d0[i0 + k] = z if (t1 | t2 | t3) else gk
-                d0[i1 + k] = gk if t1 else z
-                d1[i0 + k] = gk if t2 else z
-                d1[i1 + k] = gk if t3 else z
-        if add:   # a window's four values are its gradient and three zeros: their sum is it
-            srow = sums[q]
-            srow[:] = 0
-            for ow in range(OW):
-                i0 = 2 * ow * C
-                i1 = i0 + C
-                for k in range(C):
-                    a = d0[i0 + k] | d0[i1 + k] | d1[i0 + k] | d1[i1 + k]
-                    srow[k] += bf2f(a) if bf else h2f(a)
-        for w in range(2 * OW * C, W * C):
-            d0[w] = z
-            d1[w] = z
-        if oh == OH - 1:
-            for h in range(2 * OH, H):
-                dx[n, h] = z
-
-
 def _avg_pool_grad(dy, dx, KH, KW, sh, sw, pt, pl):
     """Gather: each input pixel sums dy/count over the windows that contain it."""
     H, W, C = dx.shape[1], dx.shape[2], dx.shape[3]
@@ -431,10 +431,10 @@ def _pair(fn):
             jit.parallel(fn, error_model="numpy"))
 
 
-_MAX, _AVG, _MAXG, _AVGG, _MAXB, _MAXGB, _MAXB2, _MAX2, _MAXG2, _MAXGB2 = (
+_MAX, _AVG, _MAXG, _AVGG, _MAXB, _MAXGB, _MAXB2, _MAX2, _MAXG2 = (
     _pair(f) for f in (_max_pool, _avg_pool, _max_pool_grad, _avg_pool_grad, _max_pool_bits,
                        _max_pool_grad_bits, _max_pool_bits_2x2, _max_pool_2x2,
-                       _max_pool_grad_2x2, _max_pool_grad_bits_2x2))
+                       _max_pool_grad_2x2))
 max_pool_s, avg_pool_s = _MAX[0], _AVG[0]   # by name: compiled regions (loops.py) call them
 # float16 / bfloat16 max pools on bit patterns: dtype name -> (the dtype's lowest bits, bf)
 _MAX_HALF = {"float16": (np.uint16(0xFBFF), False), "bfloat16": (np.uint16(0xFF7F), True)}
@@ -560,12 +560,13 @@ def _grad_2x2(x, dy, dx, g, relu, bias_grad=None):
     if half is not None:
         if not (dx.flags.c_contiguous and x.flags.c_contiguous and dy.flags.c_contiguous):
             return False
-        _pick(_MAXGB2, dy.size * 4)(x.view(np.uint16), dy.view(np.uint16), dx.view(np.uint16),
-                                    relu, sums, add, half[1])
+        _pick(_MAXG2, dy.size * 4)(x.view(np.uint16), dy.view(np.uint16), dx.view(np.uint16),
+                                   np.uint16(0), np.uint16(0), relu, sums, add, half[1])
         if add:   # as BiasAddGrad's half kernel: float64 sums, float32, then rounded once more
             narrow_into(bias_grad, sums.sum(axis=0).astype(np.float32))
         return True
-    _pick(_MAXG2, dy.size * 4)(x, dy, dx, dx.dtype.type(0), dx.dtype.type(1), relu, sums, add)
+    _pick(_MAXG2, dy.size * 4)(x, dy, dx, dx.dtype.type(0), dx.dtype.type(1), relu, sums, add,
+                               False)
     if add:
         bias_grad[...] = sums.sum(axis=0)
     return True
