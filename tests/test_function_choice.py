@@ -353,3 +353,32 @@ def test_tensorflows_choice_needs_a_second_trial(monkeypatch):
         functions._choose(q, "g", slow_first)
     functions._keep(c, q, slow_first, [])
     assert q.choice == "tensorflow" and [r[0] for r in recorded] == ["k"]
+
+
+def test_a_multi_worker_trial_starts_on_an_aligned_call(measuring, monkeypatch):
+    """Workers call a collective step in lockstep but may settle a few calls apart: the trial
+    starts only at a call number that is a multiple of CHOICE_ALIGN_COLLECTIVE (two blocks),
+    so every worker runs the same side at the same calls (unaligned, each timed its executor
+    beside the other's TensorFlow step and the two chose differently)."""
+    monkeypatch.setattr(functions, "_has_collectives", lambda prog: True)
+    started = []
+    real = functions._new_trial
+
+    def new_trial():
+        started.append(next(c.calls for k, c in functions._cache.items()
+                            if "aligned_probe" in k[0]))
+        return real()
+
+    monkeypatch.setattr(functions, "_new_trial", new_trial)
+
+    @tf.function
+    def aligned_probe(x):
+        return tf.nn.relu(x * 2.0 - 1.0)
+
+    x = tf.constant(np.linspace(-1, 1, 8, dtype=np.float32))
+    ref = tf.nn.relu(x * 2.0 - 1.0).numpy()
+    for got in _calls(aligned_probe, x, _trial_calls() + 2 * functions.CHOICE_ALIGN_COLLECTIVE):
+        np.testing.assert_allclose(got, ref)
+    assert started, "no trial started"
+    assert started[0] % functions.CHOICE_ALIGN_COLLECTIVE == 0, started
+    assert _choice("aligned_probe") is not None

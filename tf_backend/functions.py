@@ -21,10 +21,11 @@ _lock = threading.Lock()
 
 class Compiled:
     __slots__ = ("name", "program", "reason", "const_outputs", "strict_violations", "graph",
-                 "dynamic", "specialized", "bound", "choice_key", "prologue", "last")
+                 "dynamic", "specialized", "bound", "choice_key", "prologue", "last", "calls")
 
     def __init__(self, name, program=None, reason=None):
         self.name, self.program, self.reason = name, program, reason
+        self.calls = 0           # calls on the host path (a collective trial's alignment)
         self.choice_key = None   # its record's key (choices.py), when looked up
         self.const_outputs = set()
         self.strict_violations = []
@@ -75,6 +76,11 @@ CHOICE_CONFIRM_TENSORFLOW = 2
 # against TensorFlow's 4.53; worker 1: ours 4.87 against 3.97, so TensorFlow), the step 1.15x
 # stock's; a trial's spread between two workers sharing two cores reaches 20%.
 CHOICE_MARGIN_COLLECTIVE = 0.75
+# ... and its trial starts at a call number that is a multiple of this (two blocks), so that
+# the workers, whose calls of the step go in lockstep, run the same side at the same calls
+# even where one settled a few calls later: unaligned, each worker timed its executor beside
+# the other's TensorFlow step
+CHOICE_ALIGN_COLLECTIVE = 2 * CHOICE_BLOCK
 
 # The device tf.function programs run on (tf_backend.enable(device=...)); None: the host CPU
 # path (executor.py, generated drivers). Eager ops run on the host CPU path either way.
@@ -240,6 +246,7 @@ def on_call(atomic_fn, args):
             raise _to_tf_error(executor.Failed(e.exc, e.node, ins), name) from None
         ledger.function_called(name, fallback=False)
         return outs
+    c.calls += 1
     # ctl: the program whose choice and waits decide this call. With a prologue it is the
     # generic program: the side must be known before the prologue takes a batch from its
     # iterator (TensorFlow's run of the function would take another)
@@ -270,7 +277,8 @@ def on_call(atomic_fn, args):
             ctl.choice = "ours"
         else:
             trial = ctl.choice_trial
-            if trial is None:
+            if trial is None and (not _has_collectives(ctl)
+                                  or c.calls % CHOICE_ALIGN_COLLECTIVE == 0):
                 trial = ctl.choice_trial = _new_trial()
         if trial is not None:
             t_start = time.perf_counter()
