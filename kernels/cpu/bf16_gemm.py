@@ -539,10 +539,9 @@ def pack_b(b, nr=NR, single=False):
     one = f32 or single
     shape = ((N + nr - 1) // nr, max(1, K if one else (K + 1) // 2), nr)
     n = shape[0] * shape[1] * nr
-    lanes = 32 if b.dtype == np.uint16 and single else 16    # values per 64 bytes
-    raw = scratch((n + lanes,), np.float32 if f32 else np.uint16 if single else np.uint32,
-                  "bf16_b")
-    off = (-raw.ctypes.data % 64) // raw.itemsize
+    dtype = np.dtype(np.float32 if f32 else np.uint16 if single else np.uint32)
+    raw = scratch((n + 64 // dtype.itemsize,), dtype, "bf16_b")   # (room to align to 64 bytes)
+    off = (-raw.ctypes.data % 64) // dtype.itemsize
     out = raw[off:off + n].reshape(shape)
     (_PACK_F if one else _PACK)[1 if out.size >= 1 << 16 else 0](b, out)
     return out
@@ -1026,6 +1025,9 @@ def backprop_filter_few_into(df, x, dy, g, any_rows=False, dy_finite=False):
     against the channels-first kernel (backprop_filter_into). dy_finite: the caller checked."""
     KH, KW, C, O = df.shape
     N, H, W, _ = x.shape
+    if (g.sh != 1 or g.sw != 1 or g.dw != 1 or (KW * C > FEW_ROWS_MAX and not any_rows)
+            or O < 16 or not df.size or not dy.size or dy.shape != (N, g.oh, g.ow, O)):
+        return False
     if df.dtype.name == "bfloat16":   # bfloat16 in and out: the same float32 sums, one rounding
         if x.dtype != df.dtype or dy.dtype != df.dtype:
             return False
@@ -1035,9 +1037,7 @@ def backprop_filter_few_into(df, x, dy, g, any_rows=False, dy_finite=False):
             return False
         narrow_into(df, acc)
         return True
-    if (x.dtype != np.float32 or g.sh != 1 or g.sw != 1 or g.dw != 1
-            or (KW * C > FEW_ROWS_MAX and not any_rows)
-            or O < 16 or not df.size or not dy.size or dy.shape != (N, g.oh, g.ow, O)):
+    if x.dtype != np.float32:
         return False
     padded = g.pt or g.pb or g.pl or g.pr
     if padded and not dy_finite and _nonfinite(dy):

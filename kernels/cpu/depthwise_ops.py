@@ -309,7 +309,9 @@ def depthwise_conv2d(inputs, outputs, attrs):
     if g.sw == 1 and attrs.get("_filter_is_variable", False):
         # an inference program's filter: its tiled form kept between calls (NASNetMobile's 160
         # depthwise convolutions built theirs per call: ~5 us each)
-        ft = filter_cache.get(f3, "dw_tiled", lambda w: _tiled(w, g))
+        ft = filter_cache.get(f3, "dw_tiled", lambda w: _tiled(w, g),
+                              KH * KW * max(1, TILE_FLOATS // f3.shape[2]) * f3.shape[2]
+                              * f3.itemsize)
     if ft is None:
         ft = _tiled(f3, g)
     fn(_per_channel(nhwc_in(x, fmt), M), f3, ft, dst, *_args(g))   # (numba: no numpy warnings)

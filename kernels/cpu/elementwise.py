@@ -1,8 +1,8 @@
 """Turns the elementwise table into numba kernels for the CPU device.
 
 For every (op, dtype kind) it generates, into a source file per op in the cache directory (so
-numba's on-disk cache works; each imported on the op's first use), a scalar function, a serial flat loop and a parallel flat loop. Same-shape
-and scalar-broadcast calls use the flat loops, an operand broadcast along out's leading or
+numba's on-disk cache works; each imported on the op's first use), a scalar function, a serial
+flat loop and a parallel flat loop. Same-shape and scalar-broadcast calls use the flat loops, an operand broadcast along out's leading or
 trailing dims uses block loops, and other broadcasting uses a numba ufunc built lazily from the
 scalar function. Nothing compiles until an op is first used with a dtype.
 Entries with a `check` also get a loop that scans the second input for the error condition.
@@ -237,10 +237,6 @@ def _chunks():
     return {name: "".join(parts) for name, parts in chunks.items()}
 
 
-def _source():
-    """Every op's generated source, as one text (its digest names the generated files)."""
-    return _HEADER + "".join(c for _, c in sorted(_chunks().items()))
-
 
 def _cache_dir():
     d = kernels.cache_dir()
@@ -320,7 +316,7 @@ class _Generated:
 
 def _load_generated():
     chunks = _chunks()
-    src = _HEADER + "".join(c for _, c in sorted(chunks.items()))
+    src = _HEADER + "".join(chunks.values())   # (in op order: _chunks walks the sorted table)
     # numba's cache only watches the generated files: key them on the helpers' source as well.
     helpers = b""
     for h in ("scalar.py", "half_bits.py", "scalar_bits.py"):

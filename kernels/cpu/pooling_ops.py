@@ -310,9 +310,7 @@ def _grad_of_typed(g, relu, keep, zero, one, bf):
                 v = ftz(_wv(gk, bf))
                 if not keep:
                     v = v * np.float32(0)
-                gk = f2h(v)
-                if bf:
-                    gk = f2bf(v)
+                gk = f2bf(v) if bf else f2h(v)
             return gk
         return bits
 

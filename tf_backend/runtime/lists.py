@@ -179,8 +179,9 @@ def stack(ins, attrs):
                                    f"list with {len(items)} elements.")
     p = lst.packed
     if p is not None and p.shape[0] >= len(items) and items:   # a compiled loop's buffer
-        out = _empty(p[:len(items)].shape, p.dtype)   # (pooled: a fresh multi-MB array costs
-        out[...] = p[:len(items)]                      # a page fault per 4 KiB)
+        src = p[:len(items)]
+        out = _empty(src.shape, p.dtype)   # (pooled: a fresh multi-MB array costs a page
+        out[...] = src                     # fault per 4 KiB)
         return [out]
     if not items:
         z = _zeros(lst, _shape_arg(shape), "TensorListStack")
