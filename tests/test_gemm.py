@@ -116,6 +116,34 @@ def test_blas_thread_count_is_one_during_products_and_restored_after_many_thread
     assert get() == before and gemm._threads["holders"] == 0
 
 
+def test_share_blas_gives_each_local_worker_its_share_and_holds_restore_to_it():
+    """Workers of one cluster on this host (switch._share_host) run numpy's OpenBLAS on their
+    share of its threads; a one-thread hold in progress restores to the share, not the old
+    count."""
+    if not gemm.available():
+        pytest.skip("numpy's OpenBLAS symbols not found")
+    get, set_ = gemm._threads["get"], gemm._threads["set"]
+    before = get()
+    try:
+        set_(4)
+        gemm.share_blas(2)
+        assert get() == 2
+        gemm.share_blas(1)                   # one worker on this host: unchanged
+        assert get() == 2
+        gemm.single_thread_enter()
+        gemm.share_blas(4)                   # 2 // 4 -> at least one thread
+        assert get() == 1
+        gemm.single_thread_exit()
+        assert get() == 1 and gemm._threads["holders"] == 0
+        set_(4)
+        gemm.single_thread_enter()
+        gemm.share_blas(2)
+        gemm.single_thread_exit()
+        assert get() == 2
+    finally:
+        set_(before)
+
+
 def test_products_from_several_threads_at_once():
     """Callers on several threads share numba's team (OpenMP regions from each thread): every
     product is right."""

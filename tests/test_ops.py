@@ -118,3 +118,21 @@ def test_op_errors_match_stock(case, dtype, tf):
             # stock's message text, our details after it
             words = harness.stock_words(stock_exc)
             assert words and words in str(ours_exc), (words, str(ours_exc))
+
+
+@pytest.mark.parametrize("n", [5, (1 << 17) + 3])
+@pytest.mark.parametrize("op", ["subtract", "divide", "squared_difference", "maximum"])
+def test_scalar_first_binary_matches_stock(tf, op, n):
+    """A scalar x with a full y (0.01 * g, 1 - p) runs the loops' scalar-first branch, below and
+    above the parallel size: the same bits as stock, y untouched."""
+    import tf_backend
+    y = np.linspace(-3.0, 5.0, n).astype(np.float32)
+    y[::7] = 0.0
+    keep = y.copy()
+    x, ty = tf.constant(np.float32(1.5)), tf.constant(y)
+    fn = getattr(tf.math, op)
+    stock = fn(x, ty).numpy()
+    with tf_backend.enabled():
+        ours = fn(x, ty).numpy()
+    np.testing.assert_array_equal(ours, stock)
+    np.testing.assert_array_equal(ty.numpy(), keep)

@@ -95,10 +95,15 @@ def enabled(mode="on", force=False, device=None):
                 enable(prev, force=True, device=prev_device)
 
 
+_host_shared = False
+
+
 def _share_host():
     """Workers of one tf.distribute cluster on this host share its cores: each runs its numba
     kernels (parallel loops, the GEMM team) on its share, on the enabling thread (numba's count
-    is per thread; the executor's pool workers use one anyway)."""
+    is per thread; the executor's pool workers use one anyway), and numpy's OpenBLAS on its
+    share (process-wide, once)."""
+    global _host_shared
     k = config.local_workers()
     if k > 1:
         import numba
@@ -106,6 +111,12 @@ def _share_host():
             numba.set_num_threads(max(1, numba.config.NUMBA_NUM_THREADS // k))
         except Exception:  # noqa: BLE001 - numba's threading layer unavailable
             pass
+        if not _host_shared:
+            _host_shared = True
+            from . import devices
+            blas = devices.library("blas")
+            if blas is not None:
+                blas.share_blas(k)
 
 
 def _register_report():

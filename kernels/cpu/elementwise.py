@@ -91,10 +91,12 @@ def {f}_loop(x, y, out, sx, sy{pp}):
         b = y[0]
         for i in range(out.size):
             out[i] = _{f}_s(x[i], b{pa})
-    else:
+    elif sy:
         a = x[0]
         for i in range(out.size):
-            out[i] = _{f}_s(a, y[i * sy]{pa})
+            out[i] = _{f}_s(a, y[i]{pa})
+    else:
+        out[0] = _{f}_s(x[0], y[0]{pa})
 
 @_jp
 def {f}_ploop(x, y, out, sx, sy{pp}):
@@ -105,10 +107,12 @@ def {f}_ploop(x, y, out, sx, sy{pp}):
         b = y[0]
         for i in prange(out.size):
             out[i] = _{f}_s(x[i], b{pa})
-    else:
+    elif sy:
         a = x[0]
         for i in prange(out.size):
-            out[i] = _{f}_s(a, y[i * sy]{pa})
+            out[i] = _{f}_s(a, y[i]{pa})
+    else:
+        out[0] = _{f}_s(x[0], y[0]{pa})
 
 @_j
 def {f}_xloop(x, y, sy{pp}):

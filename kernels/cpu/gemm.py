@@ -97,6 +97,21 @@ _dgemm = types.ExternalFunction("tfb_dgemm", types.void(
     _i64, _i64))
 
 
+def share_blas(k):
+    """Use 1/k of numpy's OpenBLAS threads from now on (k processes share this host's cores:
+    OpenBLAS splits a product statically over its threads, so one descheduled thread stalls the
+    product). Process-wide, as OpenBLAS's count is; a hold in progress restores to it."""
+    if k <= 1 or not available():
+        return
+    with _threads_lock:
+        cur = _threads["saved"] if _threads["holders"] else _threads["get"]()
+        n = max(1, cur // k)
+        if _threads["holders"]:
+            _threads["saved"] = n
+        elif n != cur:
+            _threads["set"](n)
+
+
 def single_thread_enter():
     """Hold numpy's OpenBLAS to one thread until the matching `single_thread_exit` (ours run
     on numba's team, one block per thread; executor.py holds a BLAS-backed node beside another
