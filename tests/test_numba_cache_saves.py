@@ -66,3 +66,28 @@ def test_factory_made_kernels_have_a_name_per_variant():
              half_bits._f2bf_loop]
     names = {f.py_func.__qualname__ for f in loops + list(half_bits._PAR.values())}
     assert len(names) == 8 and not any("<locals>" in n for n in names)
+
+
+def test_no_cached_kernel_closes_over_a_dispatcher():
+    """numba keys a cached function by the pickled contents of its closure, and a dispatcher or
+    intrinsic pickles with an identity of its process: such a kernel misses the cache in every
+    process, compiles again and adds an entry to its index (the half-precision conversion
+    loops did, 0.8 s at a mixed-precision fit's first cast)."""
+    import gc
+    import importlib
+    import pkgutil
+
+    import kernels.cpu
+    from numba.core.caching import NullCache
+    from numba.core.dispatcher import Dispatcher
+    from numba.core.extending import _Intrinsic
+    for m in pkgutil.iter_modules(kernels.cpu.__path__):
+        importlib.import_module(f"kernels.cpu.{m.name}")
+    bad = []
+    for o in gc.get_objects():
+        if (isinstance(o, Dispatcher) and not isinstance(o._cache, NullCache)
+                and o.py_func.__closure__):
+            cells = [c.cell_contents for c in o.py_func.__closure__]
+            if any(isinstance(c, (Dispatcher, _Intrinsic)) for c in cells):
+                bad.append(o.py_func.__qualname__)
+    assert not bad, bad

@@ -13,7 +13,6 @@ import numba
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from kernels.cpu import jit
 from kernels.cpu.scalar import ftz
 
 _jit = njit(cache=True, nogil=True, inline="always", error_model="numpy")
@@ -97,34 +96,83 @@ def ftz32(x):
     return ftz(np.float32(x))
 
 
-def _each(convert):
-    """dst[i] = convert(src[i]) over flat arrays (numba keys the cache by the converter too;
-    the name is the converter's: h2f and bf2f take the same types, see jit.named)."""
-    def loop(src, dst):
-        for i in range(dst.size):
-            dst[i] = convert(src[i])
-    return njit(cache=True, nogil=True)(jit.named(loop, f"_each_{convert.__name__}"))
+# The conversion loops are written out, not made by a factory: numba keys a cached function
+# by its bytecode and the pickled contents of its closure, and a dispatcher or intrinsic in a
+# closure pickles with an identity of its process (Dispatcher._uuid), so every process missed
+# the cache, compiled the loops again (0.8 s at the first bfloat16 cast of a mixed-precision
+# fit, AMD EPYC Zen 5) and added an entry to their index (hundreds of files in a season). A
+# name per variant also keeps two variants of one qualified name and argument types from
+# meeting under one symbol (jit.named).
+_loop = njit(cache=True, nogil=True)
+_par = njit(cache=True, nogil=True, parallel=True)
 
 
-_h2f_loop, _f2h_loop, _bf2f_loop, _f2bf_loop = (_each(c) for c in (h2f, f2h, bf2f, f2bf))
+@_loop
+def _h2f_loop(src, dst):
+    for i in range(dst.size):
+        dst[i] = h2f(src[i])
 
 
-def _blocked(loop):
-    """The loop over blocks of a flat array on numba's team (conversions are memory-bound: one
-    pass, both cores, instead of numpy's two or three passes on one)."""
-    def run(src, dst, blocks):
-        n = dst.size
-        step = (n + blocks - 1) // blocks
-        for k in prange(blocks):
-            lo = k * step
-            hi = min(n, lo + step)
-            if lo < hi:
-                loop(src[lo:hi], dst[lo:hi])
-    return njit(cache=True, nogil=True, parallel=True)(
-        jit.named(run, f"_blocked{loop.py_func.__name__}"))
+@_loop
+def _f2h_loop(src, dst):
+    for i in range(dst.size):
+        dst[i] = f2h(src[i])
 
 
-_PAR = {f: _blocked(f) for f in (_h2f_loop, _f2h_loop, _bf2f_loop, _f2bf_loop)}
+@_loop
+def _bf2f_loop(src, dst):
+    for i in range(dst.size):
+        dst[i] = bf2f(src[i])
+
+
+@_loop
+def _f2bf_loop(src, dst):
+    for i in range(dst.size):
+        dst[i] = f2bf(src[i])
+
+
+# Blocked: the loop over blocks of a flat array on numba's team (conversions are memory-bound:
+# one pass, both cores, instead of numpy's two or three passes on one).
+@_jit
+def _block(n, blocks, k):
+    step = (n + blocks - 1) // blocks
+    return k * step, min(n, k * step + step)
+
+
+@_par
+def _h2f_blocked(src, dst, blocks):
+    for k in prange(blocks):
+        lo, hi = _block(dst.size, blocks, k)
+        if lo < hi:
+            _h2f_loop(src[lo:hi], dst[lo:hi])
+
+
+@_par
+def _f2h_blocked(src, dst, blocks):
+    for k in prange(blocks):
+        lo, hi = _block(dst.size, blocks, k)
+        if lo < hi:
+            _f2h_loop(src[lo:hi], dst[lo:hi])
+
+
+@_par
+def _bf2f_blocked(src, dst, blocks):
+    for k in prange(blocks):
+        lo, hi = _block(dst.size, blocks, k)
+        if lo < hi:
+            _bf2f_loop(src[lo:hi], dst[lo:hi])
+
+
+@_par
+def _f2bf_blocked(src, dst, blocks):
+    for k in prange(blocks):
+        lo, hi = _block(dst.size, blocks, k)
+        if lo < hi:
+            _f2bf_loop(src[lo:hi], dst[lo:hi])
+
+
+_PAR = {_h2f_loop: _h2f_blocked, _f2h_loop: _f2h_blocked, _bf2f_loop: _bf2f_blocked,
+        _f2bf_loop: _f2bf_blocked}
 PARALLEL_MIN = 1 << 18   # elements; below this one thread converts faster than two wake up
 
 
