@@ -134,3 +134,25 @@ def test_doctor_runs_as_a_command():
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "TF_BACKEND=1: ready" in r.stdout
+
+
+def test_enabling_holds_garbage_collection_and_restores_its_state():
+    """The backend's imports and enable() run with the cyclic collector held (one full
+    collection of TensorFlow's and Keras' objects fewer per process); the collector's state
+    before is the state after, on or off."""
+    import gc
+    from tf_backend import _startup
+    seen = []
+    for before in (True, False):
+        (gc.enable if before else gc.disable)()
+        try:
+            with _startup.collections_held():
+                seen.append(gc.isenabled())
+            assert gc.isenabled() is before
+            with pytest.raises(RuntimeError):
+                with _startup.collections_held():
+                    raise RuntimeError("enable failed")
+            assert gc.isenabled() is before
+        finally:
+            gc.enable()
+    assert seen == [False, False]

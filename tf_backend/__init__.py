@@ -13,8 +13,9 @@ def enable(mode="on", force=False, device=None):
     """Install the hooks; mode is "on" or "strict". Returns True when the backend is active.
     device: run tf.function programs on this device (a name from tf_backend.devices, or a
     Device), their inputs copied in and outputs out at each call; None: the host CPU path."""
-    from . import switch
-    return switch.enable(mode, force=force, device=device)
+    with _startup.collections_held():
+        from . import switch
+        return switch.enable(mode, force=force, device=device)
 
 
 def disable():

@@ -3,6 +3,8 @@
 Runs only when TF_BACKEND is set: it adds a meta-path finder that waits for `tensorflow` to
 finish importing and then enables the backend. Nothing here imports TensorFlow or numpy.
 """
+import contextlib
+import gc
 import importlib.abc
 import os
 import sys
@@ -41,8 +43,25 @@ def _enable_from_env():
     from . import config
     mode = config.env_mode()  # raises ValueError naming the bad value
     if mode != "off":
-        from . import switch
-        switch.enable(mode)
+        with collections_held():
+            from . import switch
+            switch.enable(mode)
+
+
+@contextlib.contextmanager
+def collections_held():
+    """No cyclic garbage collection while the backend imports and enables itself: its imports
+    (numba, its dispatchers and registries, our kernels) allocate enough to set off collections,
+    and with TensorFlow and Keras loaded a full one scans ~400K objects. With them held, a
+    training script's run had one full collection fewer (AMD EPYC Zen 5, MNIST-shaped fit:
+    GC 0.34 -> 0.23 s in all). The collector's previous state is restored."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def tune_thread_env():
