@@ -92,3 +92,33 @@ def test_no_cached_kernel_closes_over_a_dispatcher():
             if any(issubclass(type(c), (Dispatcher, _Intrinsic)) for c in cells):
                 bad.append(o.py_func.__qualname__)
     assert not bad, bad
+
+
+WARM_SCRIPT = """
+import numpy as np, tensorflow as tf, tf_backend
+tf_backend.enable()
+x = tf.constant(np.linspace(-2, 2, 300000).astype(np.float32))
+for t in (tf.bfloat16, tf.float16):
+    h = tf.cast(x, t)
+    tf.cast(h, tf.float32)
+(2.0 * x).numpy()
+"""
+
+
+def test_a_second_process_compiles_nothing():
+    """What one process compiled, the next loads: a kernel whose cache key changes between
+    processes (a closure over a dispatcher, a dynamic global) compiles again in every one."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, NUMBA_DEBUG_CACHE="1", TF_BACKEND_KERNEL_COMPILE="sync",
+               TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_BACKEND", None)
+    runs = [subprocess.run([sys.executable, "-c", WARM_SCRIPT], env=env, capture_output=True,
+                           text=True, timeout=600) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    second = runs[1].stdout + runs[1].stderr
+    saved = [l for l in second.splitlines() if "data saved" in l]
+    assert not saved, saved[:10]
+    assert "data loaded" in second   # the check saw numba's cache at work
