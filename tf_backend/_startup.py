@@ -43,9 +43,8 @@ def _enable_from_env():
     from . import config
     mode = config.env_mode()  # raises ValueError naming the bad value
     if mode != "off":
-        with collections_held():
-            from . import switch
-            switch.enable(mode)
+        from . import enable
+        enable(mode)
 
 
 @contextlib.contextmanager
