@@ -877,7 +877,9 @@ def _compile_loop_body(node, got, args):
     loops = _library("loops")
     t0 = time.perf_counter()
     try:
-        sig = tuple(numba.typeof(a) for a in args)
+        # a function run by halves (kernels/cpu/loop_split.Rows) types its own arguments
+        types = getattr(got.fn, "arg_types", None)
+        sig = types(args) if types is not None else tuple(numba.typeof(a) for a in args)
         if not loops.compile_elsewhere(got.fn, sig, kind=_what(node)):   # a child process; else here
             got.fn.compile(sig)
     except Exception as e:  # noqa: BLE001 - it does not compile: the interpreter keeps it

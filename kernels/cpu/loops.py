@@ -37,7 +37,7 @@ import numpy as np
 
 import kernels
 from kernels.cpu import elementwise as ew
-from kernels.cpu import fusion, gemm
+from kernels.cpu import fusion, gemm, loop_split
 from kernels.cpu.loop_helpers import csr_get, csr_set  # noqa: F401 - the caller's restore
 from kernels.cpu.scalar import HW_FLUSH
 from kernels.elementwise_table import TABLE
@@ -489,6 +489,12 @@ def _list_names(ctx, slot):
     return v, f"{v}n"
 
 
+def _rows(t):
+    """A list split by rows (loop_split.halved): its buffer is [capacity, 2, *half item] and
+    this half's items are buffer[i, p]."""
+    return len(t) > 3 and t[3] == "rows"
+
+
 def _emit_list(ctx, mod, st):
     op = st.op
     if op == "TensorListGetItem":
@@ -496,11 +502,12 @@ def _emit_list(ctx, mod, st):
         i = _operand(ctx, mod, st.inputs[1])
         copy = ".copy()" if ctx.written(st.inputs[0]) else ""
         o = ctx.var(st.outputs[0])
+        half = ", p" if _rows(ctx.type(st.inputs[0])) else ""
         ctx.emit(f"if {i} < 0 or {i} >= {n}:", "    raise IndexError('TensorListGetItem')")
         if _is_scalar(st.types[0]):
             ctx.emit(f"{o} = {buf}[{i}]")
         else:
-            ctx.emit(f"{o} = {buf}[{i}]{copy}")
+            ctx.emit(f"{o} = {buf}[{i}{half}]{copy}")
     elif op == "TensorListSetItem":
         if st.attrs.get("resize_if_index_out_of_bounds"):
             raise Ineligible("TensorListSetItem with resize_if_index_out_of_bounds")
@@ -523,22 +530,29 @@ def _emit_list(ctx, mod, st):
         ob, on = _list_names(ctx, st.outputs[0])
         o = ctx.var(st.outputs[1])
         copy = "" if _is_scalar(st.types[1]) or not ctx.written(st.inputs[0]) else ".copy()"
+        half = ", p" if _rows(ctx.type(st.inputs[0])) else ""
         ctx.emit(f"if {n} <= 0:", "    raise IndexError('TensorListPopBack')",
-                 f"{o} = {buf}[{n} - 1]{copy}", f"{ob} = {buf}", f"{on} = {n} - 1")
+                 f"{o} = {buf}[{n} - 1{half}]{copy}", f"{ob} = {buf}", f"{on} = {n} - 1")
     elif op == "TensorListReserve":
         ob, on = _list_names(ctx, st.outputs[0])
         t = st.types[0]
         n = _operand(ctx, mod, st.inputs[1])
+        lead = f"({n}, 2)" if _rows(t) else f"({n},)"
         ctx.emit(f"if {n} < 0:", "    raise IndexError('TensorListReserve')",
-                 f"{ob} = np.zeros(({n},) + {tuple(t[2])!r}, {_cast(t[1])})", f"{on} = {n}")
+                 f"{ob} = np.zeros({lead} + {tuple(t[2])!r}, {_cast(t[1])})", f"{on} = {n}")
     elif op == "TensorListLength":
         _, n = _list_names(ctx, st.inputs[0])
         ctx.emit(f"{ctx.var(st.outputs[0])} = np.int32({n})")
+    elif _rows(ctx.type(st.inputs[0])) and op == "TensorListStack":
+        raise Ineligible(f"{op} of a list split by rows")
     elif op == "TensorListElementShape":
         t = ctx.type(st.inputs[0])
         dt = st.attrs.get("shape_type", np.dtype(np.int32))
+        shape = list(t[2])
+        if _rows(t):   # the whole list's element
+            shape[0] *= 2
         ctx.emit(f"{ctx.var(st.outputs[0])} = "
-                 f"{mod.array(np.array(list(t[2]), dt).reshape(tuple(st.types[0][2])))}")
+                 f"{mod.array(np.array(shape, dt).reshape(tuple(st.types[0][2])))}")
     elif op == "TensorListStack":
         buf, n = _list_names(ctx, st.inputs[0])
         want = st.attrs.get("num_elements", -1)
@@ -554,12 +568,16 @@ def _put(buf, i, item, list_type, ctx, item_slot):
     array assignment into a slice at every site: compile time)."""
     if _is_scalar(ctx.type(item_slot)):
         return f"{buf}[{i}] = {item}"
+    if _rows(list_type):
+        return f"put_rows({buf}, {i}, p, {item}, False)"
     return f"put_item({buf}, {i}, {item}, False)"
 
 
 def _emit_list_addn(ctx, mod, st):
     """AddN over lists. acc + SetItem(Reserve(...), i, v) (the gradient of one read item, each
     iteration) is acc[i] += v in place; any other form adds the buffers item by item."""
+    if any(_rows(ctx.type(s)) for s in st.inputs + st.outputs):
+        raise Ineligible("AddN of lists split by rows")
     ob, on = _list_names(ctx, st.outputs[0])
     pat = ctx.set_into_reserve(st)
     if pat is not None:
@@ -871,9 +889,10 @@ def _emit_pair(ctx, mod, st):
              f"{names[2]}, {names[3]}, {o2}, {ta2}, {tb2})")
 
 
-def _region_source(prefix, region, mod, lines, pad, names):
+def _region_source(prefix, region, mod, lines, pad, names, pair=True):
     region.steps = _reads_early(region)
-    region.steps = _pair_products(region)
+    if pair:
+        region.steps = _pair_products(region)
     ctx = _RegionCtx(prefix, region)
     ctx.names = names
     for st in region.steps:
@@ -898,10 +917,12 @@ def _check_types(loop):
                 raise Ineligible(f"slot %{s}: no static shape")
 
 
-def source(loop):
+def source(loop, pair=True, note="", rows=False):
     """(python source of `loop_fn(vars..., pre..., constant arrays...)`, constant arrays,
     whether each loop variable's list is written). The function returns the loop variables after the loop (lists as buffer and length) and the number of
-    body runs."""
+    body runs. `pair`: independent products two at a time (mm2_*; not in a half of a loop
+    split by rows, which runs on a core of its own); `note`: a comment line for the file;
+    `rows`: a half of a loop split by rows, `loop_fn(p, ...)` (p: which half)."""
     _check_types(loop)
     mod = _Module()
     body = []
@@ -912,7 +933,7 @@ def source(loop):
             names += [f"v{k}", f"v{k}n"]
         elif t[0] == "a":
             names.append(f"v{k}")
-    args += names
+    args += (["p"] if rows else []) + names
     pre = [f"q{j}" for j in range(len(loop.body.pre))]
     args += pre
 
@@ -925,11 +946,11 @@ def source(loop):
     if HW_FLUSH:   # TensorFlow's threads flush subnormals: FTZ/DAZ for the loop's duration
         lines += ["    csr = fp_env_get()", "    fp_env_set(csr | FTZ_DAZ)"]
     lines += ["    while True:"]
-    cctx = _region_source("c", loop.cond, mod, lines, "        ", inputs(loop.cond))
+    cctx = _region_source("c", loop.cond, mod, lines, "        ", inputs(loop.cond), pair)
     lines += [f"        if not {cctx.var(loop.cond.outputs[0])}:", "            break"]
     bnames = inputs(loop.body)
     bnames.update({s: f"q{j}" for j, s in enumerate(loop.body.pre)})
-    bctx = _region_source("b", loop.body, mod, lines, "        ", bnames)
+    bctx = _region_source("b", loop.body, mod, lines, "        ", bnames, pair)
     # lists the body writes into: the caller hands the loop its own copy of their buffers
     copy_in = [t[0] == "l" and bctx.written(loop.body.inputs[k]) for k, t in enumerate(loop.vars)]
     news = []
@@ -955,19 +976,19 @@ def source(loop):
     if HW_FLUSH:
         lines.append("    fp_env_set(csr)")
     lines.append(f"    return ({', '.join(names + ['it'])},)")
-    return _module(mod, args, lines), mod.arrays, copy_in
+    return _module(mod, args, lines, note), mod.arrays, copy_in
 
 
-def _module(mod, args, lines):
+def _module(mod, args, lines, note=""):
     """The generated module: imports, the scalar functions, `loop_fn(args..., K...)`."""
     consts = [f"K{j}" for j in range(len(mod.arrays))]
     head = ('"""Generated by kernels/cpu/loops.py; do not edit."""\n'
-            f"# helpers {_HELPERS}\n"
+            f"# helpers {_HELPERS}\n" + (f"# {note}\n" if note else "") +
             "import math\nimport numpy as np\nfrom numba import njit\n"
             "from kernels.cpu.scalar import *  # noqa\n"
             "from kernels.cpu.loop_helpers import (mm32, mm64, mm2_32, mm2_64, grow, rsum_lead,\n"
             "                                      rsum_trail, take, take_rows, take_runs,\n"
-            "                                      put_flat, put_item)\n"
+            "                                      put_flat, put_item, put_rows)\n"
             + "".join(f"from {m} import {n} as {a}\n" for a, (m, n) in mod.ext.items())
             + "\n\n"
             + "\n".join(mod.fns.values()) + "\n\n"
@@ -1114,7 +1135,22 @@ def build(loop):
     if not gemm.available():
         raise Ineligible("numpy's OpenBLAS symbols are not available")
     _threads_ready()
-    src, arrays, copy_in = source(loop)
+    sp = loop_split.plan(loop, _index_map) if SPLIT_ROWS else None
+    if sp is not None:
+        B, split, _ = sp
+        try:
+            src, arrays, copy_in = source(loop_split.halved(loop, sp), pair=False, rows=True,
+                                          note=f"split by rows: two halves of {B // 2} of {B}")
+        except Ineligible:
+            sp = None
+    if sp is None:
+        src, arrays, copy_in = source(loop)
     digest = hashlib.sha1((src + ew.GEN.__name__).encode()).hexdigest()[:16]
     m = ew.import_generated(src, f"loop_cpu_{digest}.py", f"_tf_backend_loop_{digest}")
-    return m.loop_fn, arrays, copy_in, src
+    if sp is None:
+        return m.loop_fn, arrays, copy_in, src
+    return loop_split.Rows(m.loop_fn, loop.vars, split, B, copy_in), arrays, copy_in, src
+
+
+# TF_BACKEND_LOOP_ROWS=0: loops run whole (A/B runs)
+SPLIT_ROWS = os.environ.get("TF_BACKEND_LOOP_ROWS", "1") != "0"

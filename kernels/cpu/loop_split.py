@@ -1,0 +1,475 @@
+"""Compiled loops split by rows: a loop whose every step treats the rows of its batch
+independently runs as two half-batch loops, one per core, with no synchronisation between
+iterations. TF-free.
+
+A recurrent layer's loop (Keras' LSTM and GRU) carries a state of shape [batch, units] and reads
+and writes list items of shape [batch, features]; every product reads the batch rows against
+loop-invariant weights, every elementwise op and split works within a row. Rows 0..B/2-1 of
+every result then depend only on rows 0..B/2-1 of every input: the loop is two independent
+loops. Run by rows, each core runs the whole loop on its half, its products and its
+elementwise ops alike, where the unsplit loop ran only its products two at a time (one per
+core, `loop_helpers.mm2_*`) and its gates on one core.
+
+`plan(loop)` decides, from the loop as data, which values are split (their first axis, or
+their items' first axis for lists, is the batch) and which are the same in both halves (loop
+counters, weights, constants). The rules are per step kind: an elementwise op is split where an
+input is, every split input having the batch as its first axis and every other input broadcast
+along it; a product `a @ b` where `a` is split, not transposed, and `b` is not; a reshape that
+keeps the batch first; a reduction over other axes; list reads and writes with split items;
+a data movement op (slice, split, concat, ...) where its index map, computed by our kernel at
+full and at half batch, maps each half's rows onto that half's rows the same way. Anything
+else that reads a split value declines the split (the loop then runs whole, as before), and
+so does a condition that depends on a split value.
+
+`halved(loop, plan)` is the same loop at half the batch: the code generator
+(kernels/cpu/loops.py) writes it as it writes any loop, with its products one at a time.
+`Rows` runs it: halves of the inputs (row views of arrays; list buffers copied by halves),
+one half on a helper thread and one on the caller's, then the results joined. The halves run
+one after the other where numba's thread count on the calling thread is one (a thread budget,
+a multi-worker host): the same two half loops run either way, so the results do not depend on
+the thread count.
+"""
+import collections
+import queue
+import threading
+
+import numpy as np
+
+from kernels.regions import Loop, Region, Step
+
+
+class NoSplit(Exception):
+    """Some step mixes rows; the message says which."""
+
+
+class _Flip(NoSplit):
+    """A list's items are split where its type said whole, or whole where it said split: the
+    list (a loop variable when `slot` is a region input) takes its items' side."""
+
+    def __init__(self, slot, split, why):
+        super().__init__(why)
+        self.slot, self.split = slot, split
+
+
+def _rank_ok(t, B):
+    return t[0] in "al" and len(t[2]) >= 1 and t[2][0] == B
+
+
+def plan(loop, index_map, consts_of=None):
+    """(B, per loop variable whether it is split, {"c": labels, "b": labels}) or None; labels
+    map each slot of the region to whether it is split. `index_map(types, consts, step)` is the
+    generator's index-map function (kernels/cpu/loops.py)."""
+    cands = collections.Counter(t[2][0] for t in loop.vars if t[0] in "al" and len(t[2]) >= 1)
+    # arrays the body passes through unchanged (weights a loop was given) are whole first (a
+    # list it passes through is a sequence it reads: split); then every variable by its shape
+    same = [loop.body.outputs[k] == s and loop.vars[k][0] == "a"
+            for k, s in enumerate(loop.body.inputs)]
+    tries = []
+    for B, _ in cands.most_common():
+        if B >= 2 and not B % 2:
+            tries += [(B, [_rank_ok(t, B) and not p for t, p in zip(loop.vars, same)]),
+                      (B, [_rank_ok(t, B) for t in loop.vars])]
+    for B, split in tries:
+        got = _labels(loop, B, split, index_map)
+        if got is None:
+            continue
+        whole, total = _costs(loop.body, got["b"])
+        if total >= WORK_MIN and whole <= WHOLE_MAX * total:
+            return B, split, got
+    return None
+
+
+def _labels(loop, B, split, index_map):
+    """The regions' labels for loop variables split as `split` (changed in place where a
+    variable's own steps say otherwise: a list of whole items, a state the body makes whole),
+    or None."""
+    where = {}
+    for r in (loop.cond, loop.body):
+        for k, s in enumerate(r.inputs):
+            where[(id(r), s)] = k
+    for _ in range(2 * len(split) + 1):
+        if not any(split):
+            return None
+        try:
+            labels = {"c": _region(loop.cond, split, B, index_map),
+                      "b": _region(loop.body, split, B, index_map)}
+            if labels["c"].get(loop.cond.outputs[0], False):
+                return None   # the condition reads split values
+            for k, s in enumerate(loop.body.outputs):
+                got = labels["b"].get(s, False)
+                if loop.vars[k][0] != "h" and got != split[k]:
+                    raise _Flip(loop.body.inputs[k], got, f"loop variable {k} changes")
+            return labels
+        except _Flip as f:
+            k = where.get((id(loop.body), f.slot), where.get((id(loop.cond), f.slot)))
+            if k is None or split[k] == f.split or (f.split and not _rank_ok(loop.vars[k], B)):
+                return None
+            split[k] = f.split
+        except NoSplit:
+            return None
+    return None
+
+
+# the most of a body's work (elements made, products' multiply-adds) that may be whole: both
+# halves do it (a loop whose only split values are a few counters would run twice)
+WHOLE_MAX = 0.1
+# the least work of one body run worth splitting: a handoff to the helper thread costs ~20-50 us,
+# which a small body (a batch of 8 through 64 units: ~0.26M multiply-adds a step) pays back
+# over a sequence; smaller bodies run whole
+WORK_MIN = 1 << 18
+
+
+def _costs(region, lab):
+    """(work of whole steps, work of all steps) of a region."""
+    whole = total = 0
+    for st in region.steps:
+        if st.kind in ("noop", "alias") or not st.outputs:
+            continue
+        t = st.types[0]
+        n = int(np.prod(t[2], dtype=np.int64)) if t[0] in "al" else 0
+        m = st.parts[0] if st.parts is not None else st
+        if m.op == "MatMul" and st.inputs:
+            a = region.types.get(st.inputs[0])
+            if a is not None and a[0] == "a" and len(a[2]) == 2:
+                n *= a[2][0] if m.attrs.get("transpose_a") else a[2][1]
+        total += n
+        if not lab.get(st.outputs[0], False):
+            whole += n
+    return whole, total
+
+
+def _region(region, split, B, index_map):
+    lab = {s: split[k] for k, s in enumerate(region.inputs)}
+    types = region.types
+
+    def S(s):
+        return lab.get(s, False)
+
+    def mark(s, v, t=None):
+        t = types[s] if t is None else t
+        if v and not _rank_ok(t, B):
+            raise NoSplit(f"%{s}: {t} split but its first axis is not the batch")
+        lab[s] = v
+
+    for st in region.steps:
+        if st.kind == "noop":
+            continue
+        if st.kind == "alias":
+            for s, o in zip(st.inputs, st.outputs):
+                lab[o] = S(s)
+            continue
+        if st.kind == "fused" and st.parts is not None:
+            m, n, k = st.parts
+            prod = _product(S(st.inputs[0]), S(st.inputs[1]), m.attrs)
+            if prod != _elementwise([(S(s), types[s]) for s in st.inputs[len(m.inputs):]]
+                                    + [(prod, st.types[0])], st.types[0], B):
+                raise NoSplit(f"{st.op}: a whole product with a split epilogue")
+            mark(st.outputs[0], prod, st.types[0])
+            continue
+        if st.kind == "fused":
+            mark(st.outputs[0], _elementwise([(S(s), types[s]) for s in st.inputs],
+                                             st.types[0], B), st.types[0])
+            continue
+        _kernel_step(st, S, mark, region, B, index_map)
+    return lab
+
+
+def _elementwise(ins, out_t, B):
+    if not any(s for s, _ in ins):
+        return False
+    shape = tuple(out_t[2])
+    if len(shape) < 1 or shape[0] != B:
+        raise NoSplit("an elementwise result without the batch first")
+    for s, t in ins:
+        sh = tuple(t[2]) if t[0] == "a" else ()
+        if s:
+            if len(sh) != len(shape) or sh[0] != B:
+                raise NoSplit("an elementwise input without the batch first")
+        elif len(sh) == len(shape) and sh[0] != 1:
+            raise NoSplit("a whole input of the batch's rank (it varies by row)")
+    return True
+
+
+def _product(sa, sb, attrs):
+    if sb:
+        raise NoSplit("a product whose right operand is split")
+    if sa and attrs.get("transpose_a"):
+        raise NoSplit("a product over the batch (transpose_a)")
+    return sa
+
+
+def _kernel_step(st, S, mark, region, B, index_map):
+    from kernels.cpu import loops as L
+    types = region.types
+    op = st.op
+    ins = [S(s) for s in st.inputs]
+    if op == "MatMul":
+        mark(st.outputs[0], _product(ins[0], ins[1], st.attrs), st.types[0])
+    elif op in L.LIST_OPS or (op == "AddN" and st.types[0][0] == "l"):
+        _list_step(st, S, mark, B)
+    elif op in L.TABLE or op in ("SelectV2", "AddN"):
+        mark(st.outputs[0], _elementwise([(S(s), types[s]) for s in st.inputs], st.types[0],
+                                         B), st.types[0])
+    elif not any(ins):
+        for s, t in zip(st.outputs, st.types):
+            mark(s, False, t)
+    elif op in L.VIEWS:
+        t = st.types[0]
+        if not ins[0] or len(t[2]) < 1 or t[2][0] != B or any(ins[1:]):
+            raise NoSplit(f"{op}: the batch moves")
+        mark(st.outputs[0], True, t)
+    elif op in L.REDUCE:
+        nd = len(types[st.inputs[0]][2])
+        if op == "BiasAddGrad":
+            axes = set(range(nd - 1))
+        else:
+            c = region.consts.get(st.inputs[1])
+            if c is None:
+                raise NoSplit(f"{op}: axes not constant")
+            axes = {int(a) % max(nd, 1) for a in np.asarray(c).reshape(-1)}
+        if 0 in axes:
+            raise NoSplit(f"{op} over the batch")
+        mark(st.outputs[0], True, st.types[0])
+    elif op in L.MOVEMENT:
+        _movement(st, S, mark, region, B, index_map)
+    else:
+        raise NoSplit(f"{op}: no row rule")
+
+
+def _half(t, H):
+    """A split value's type in a half: H rows; a list's marked "rows" (its buffer holds both
+    halves, [capacity, 2, H, ...]: kernels/cpu/loops.py)."""
+    shape = (H,) + tuple(t[2][1:])
+    return (t[0], t[1], shape, "rows") if t[0] == "l" else (t[0], t[1], shape)
+
+
+class _Types:
+    """What an index map reads of a region: slot types and constants."""
+
+    def __init__(self, types, consts):
+        self.types, self.consts = types, consts
+
+    def type(self, slot):
+        return self.types[slot]
+
+    def const(self, slot):
+        return self.consts.get(slot)
+
+
+def _decode(data, m):
+    """Per element of an index map: (which data input, the element's index in it), -1 for
+    none."""
+    k_of = np.full(m.shape, -1, np.int64)
+    local = np.full(m.shape, -1, np.int64)
+    for k, (off, n) in data.items():
+        hit = (m >= off - 1) & (m < off - 1 + n)
+        k_of[hit] = k
+        local[hit] = m[hit] - (off - 1)
+    return k_of, local
+
+
+def _movement(st, S, mark, region, B, index_map):
+    """A data movement op keeps rows apart when its index map at half the batch is, for
+    each half, its index map at the whole batch (the split inputs' element numbers taken
+    within the half)."""
+    from kernels.regions import Ineligible
+    try:
+        data, maps = index_map(_Types(region.types, region.consts), st)
+    except Ineligible as e:
+        raise NoSplit(str(e)) from None
+    split_ins = {k for k in data if S(st.inputs[k])}
+    if not split_ins:
+        for s, t in zip(st.outputs, st.types):
+            mark(s, False, t)
+        return
+    for t in st.types:
+        if not _rank_ok(t, B):
+            raise NoSplit(f"{st.op}: an output without the batch first")
+    H = B // 2
+    htypes = dict(region.types)
+    for k in split_ins:
+        htypes[st.inputs[k]] = _half(region.types[st.inputs[k]], H)
+    hst = Step(st.op, st.kind, st.attrs, st.inputs, st.outputs, [_half(t, H) for t in st.types],
+               kfn=st.kfn)
+    try:
+        hdata, hmaps = index_map(_Types(htypes, region.consts), hst)
+    except Ineligible as e:
+        raise NoSplit(str(e)) from None
+    for mf, mh in zip(maps, hmaps):
+        mf, mh = mf.reshape(B, -1), mh.reshape(H, -1)
+        want = _decode(hdata, mh)
+        for p in (0, 1):
+            k_of, local = _decode(data, mf[p * H:(p + 1) * H])
+            for k in split_ins:
+                rows = data[k][1] // B
+                local = np.where(k_of == k, local - p * H * rows, local)
+            if not (np.array_equal(k_of, want[0]) and np.array_equal(local, want[1])):
+                raise NoSplit(f"{st.op}: its index map mixes rows")
+    for s, t in zip(st.outputs, st.types):
+        mark(s, True, t)
+
+
+def _list_step(st, S, mark, B):
+    op = st.op
+    if op == "TensorListGetItem":
+        mark(st.outputs[0], S(st.inputs[0]), st.types[0])
+    elif op in ("TensorListSetItem", "TensorListPushBack"):
+        item = st.inputs[2 if op == "TensorListSetItem" else 1]
+        if S(item) != S(st.inputs[0]):
+            raise _Flip(st.inputs[0], S(item), f"{op}: an item and its list differ")
+        mark(st.outputs[0], S(item), st.types[0])
+    elif op == "TensorListPopBack":
+        mark(st.outputs[0], S(st.inputs[0]), st.types[0])
+        mark(st.outputs[1], S(st.inputs[0]), st.types[1])
+    elif op == "TensorListReserve":
+        mark(st.outputs[0], _rank_ok(st.types[0], B), st.types[0])
+    elif op in ("TensorListLength", "TensorListElementShape"):   # the whole list's
+        mark(st.outputs[0], False, st.types[0])
+    elif op == "AddN":
+        if any(S(s) for s in st.inputs):
+            raise NoSplit("AddN of split lists")
+        mark(st.outputs[0], False, st.types[0])
+    elif S(st.inputs[0]):   # Stack: the items' axis first
+        raise NoSplit(f"{op} of a split list")
+    else:
+        for s, t in zip(st.outputs, st.types):
+            mark(s, False, t)
+
+
+def halved(loop, sp):
+    """The loop at half the batch: split values' types with B/2 rows."""
+    B, split, labels = sp
+    H = B // 2
+
+    def typ(t, s):
+        return _half(t, H) if s else t
+
+    def step(st, lab):
+        parts = st.parts
+        if parts is not None:
+            m, n, k = parts
+            s = lab.get(st.outputs[0], False)
+            parts = (step(m, {o: s for o in m.outputs}), step(n, lab), k)
+        return Step(st.op, st.kind, st.attrs, st.inputs, st.outputs,
+                    [typ(t, lab.get(o, False)) for t, o in zip(st.types, st.outputs)],
+                    fusion=st.fusion, parts=parts, kfn=st.kfn)
+
+    def region(r, lab):
+        types = {s: typ(t, lab.get(s, False)) for s, t in r.types.items()}
+        return Region(r.inputs, [step(st, lab) for st in r.steps], r.outputs, r.consts, types,
+                      r.pre)
+
+    return Loop(loop.name, [typ(t, s) for t, s in zip(loop.vars, split)],
+                region(loop.cond, labels["c"]), region(loop.body, labels["b"]))
+
+
+class Rows:
+    """A half-batch loop function, `fn(p, ...)`, run on both halves of the loop's inputs; called
+    as the whole loop's function is (loop variables, lists as buffer and length, then invariant
+    reads and constants) and returning what it returns. A split array reaches half p as its
+    rows [p*H, (p+1)*H) (a view); a split list as its buffer seen as [capacity, 2, H, ...],
+    each half reading and writing items [i, p] of the one buffer, so lists are neither copied
+    in nor joined after (unless a half had to grow or copy its buffer: then half 1's rows are
+    copied into half 0's). Other attributes are the half function's (numba's dispatcher)."""
+
+    def __init__(self, fn, var_types, split, B, written):
+        self._fn = fn
+        self._B, self._H = B, B // 2
+        self._args = []   # per argument of a variable: (kind, split, written)
+        for t, s, w in zip(var_types, split, written):
+            if t[0] == "l":
+                self._args += [("l", s, w), ("n", s, w)]
+            elif t[0] == "a":
+                self._args.append(("a", s, False))
+
+    def __getattr__(self, name):
+        return getattr(self._fn, name)
+
+    def _half(self, args, p):
+        lo, hi = p * self._H, (p + 1) * self._H
+        out = list(args)
+        for j, (kind, s, w) in enumerate(self._args):
+            a = args[j]
+            if kind == "a" and s:
+                out[j] = a[lo:hi]
+            elif kind == "l" and s:
+                out[j] = np.ascontiguousarray(a).reshape((a.shape[0], 2, self._H) + a.shape[2:])
+            elif kind == "l" and w and p:   # a whole list both halves write: one each
+                out[j] = a.copy()
+        return [np.int64(p)] + out
+
+    def arg_types(self, args):
+        """numba's types of the half function's arguments for the whole loop's `args`."""
+        import numba
+        return tuple(numba.typeof(a) for a in self._half(args, 0))
+
+    def __call__(self, *args):
+        halves = self._half(args, 0), self._half(args, 1)
+        r0, r1 = _both(self._fn, halves)
+        if r0[-1] != r1[-1]:
+            raise RuntimeError("split loop: the halves ran different trip counts")
+        out = list(r0)
+        for j, (kind, s, _) in enumerate(self._args):
+            if not s or kind == "n":
+                continue
+            a, b = r0[j], r1[j]
+            if kind == "a":
+                out[j] = np.concatenate((a, b))
+                continue
+            n = int(r0[j + 1])
+            if n != int(r1[j + 1]):
+                raise RuntimeError("split loop: the halves' lists differ in length")
+            if a.ctypes.data != b.ctypes.data:   # a half grew or copied its buffer
+                a[:n, 1] = b[:n, 1]
+            out[j] = a.reshape((a.shape[0], self._B) + a.shape[3:])
+        return tuple(out)
+
+
+_helper = {"thread": None, "jobs": queue.SimpleQueue(), "done": queue.SimpleQueue()}
+_helper_lock = threading.Lock()   # one pair of halves at a time on the helper
+_start_lock = threading.Lock()
+
+
+def _work():
+    jobs, done = _helper["jobs"], _helper["done"]
+    while True:
+        fn, args = jobs.get()
+        try:
+            done.put((True, fn(*args)))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            done.put((False, e))
+
+
+def _parallel():
+    """Whether this thread may use a second core: numba's count on it (the executor's thread
+    budget sets it to one beside another heavy node, and on a host shared by workers)."""
+    import numba
+    try:
+        return numba.get_num_threads() >= 2
+    except Exception:  # noqa: BLE001 - numba's threading layer unavailable
+        return False
+
+
+def _both(fn, halves):
+    """fn on both halves: the second on the helper thread while the caller runs the first
+    (numba releases the GIL in the loop functions: nogil), else one after the other."""
+    if not _parallel() or not _helper_lock.acquire(blocking=False):
+        return fn(*halves[0]), fn(*halves[1])
+    try:
+        if _helper["thread"] is None:
+            with _start_lock:
+                if _helper["thread"] is None:
+                    t = threading.Thread(target=_work, daemon=True,
+                                         name="tf_backend-loop-rows")
+                    t.start()
+                    _helper["thread"] = t
+        _helper["jobs"].put((fn, halves[1]))
+        try:
+            r0 = fn(*halves[0])
+        finally:
+            ok, r1 = _helper["done"].get()
+        if not ok:
+            raise r1
+        return r0, r1
+    finally:
+        _helper_lock.release()
