@@ -1387,3 +1387,51 @@ def test_group_stock_orders_effects_per_variable_and_others_against_all(tf):
         np.testing.assert_allclose(g, r, rtol=1e-6)
     np.testing.assert_allclose(a.numpy(), sa.numpy(), rtol=1e-6)
     np.testing.assert_allclose(b.numpy(), sb.numpy(), rtol=1e-6)
+
+
+def test_transpose_undoing_a_transpose_is_its_input(tf):
+    from tf_backend.program.passes import canonicalize
+    x = tf.constant(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+
+    def undo(x):
+        t = tf.transpose(x, [1, 0, 2])
+        return tf.transpose(t, [1, 0, 2]) * 2.0, tf.transpose(tf.transpose(x, [2, 0, 1]),
+                                                            [1, 2, 0])
+
+    def keep(x):   # not inverses; and a first transpose someone else reads stays
+        t = tf.transpose(x, [1, 0, 2])
+        return tf.transpose(t, [0, 2, 1]), tf.transpose(t, [1, 0, 2]) + t[0, 0, 0]
+
+    prog = _program(tf, undo, x)
+    identity.run(prog)
+    canonicalize.run(prog)
+    dce.run(prog)
+    prog.finalize()
+    assert not any(n.op == "Transpose" for n in prog.nodes)
+    for fn in (undo, keep):
+        want = [t.numpy() for t in tf.function(fn)(x)]
+        for a, b in zip(_run(tf, fn, x), want):
+            np.testing.assert_array_equal(a, b)
+    prog = _program(tf, keep, x)
+    identity.run(prog)
+    canonicalize.run(prog)
+    dce.run(prog)
+    prog.finalize()
+    assert sum(n.op == "Transpose" for n in prog.nodes) == 2
+
+
+def test_stacked_list_of_a_tensor_shares_its_rows_read_only(tf):
+    """TensorListFromTensor keeps the tensor as the list's buffer (its items made only when
+    asked for); a Stack of it reads that buffer: a consumer writing in place must not write
+    through it (the list is read after)."""
+    x = tf.constant(np.arange(24, dtype=np.float32).reshape(4, 6))
+
+    def fn(x):
+        ta = tf.TensorArray(tf.float32, size=4).unstack(x * 1.0)
+        s = ta.stack()
+        y = tf.nn.relu(s - 5.0)   # may run in place on a dead input buffer
+        return y, ta.read(2), ta.stack()
+
+    want = [t.numpy() for t in tf.function(fn)(x)]
+    for a, b in zip(_run(tf, fn, x), want):
+        np.testing.assert_array_equal(a, b)

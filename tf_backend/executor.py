@@ -946,12 +946,9 @@ def _list_in(v, t, copy, room):
 
 
 def _list_out(buf, n, t, before):
-    items = buf[:n]
-    items.flags.writeable = False
-    items = list(items) if items.ndim > 1 else [items[i:i + 1].reshape(()) for i in range(n)]
     mx = before.max if type(before) is HostList else -1
     shape = before.shape if type(before) is HostList and before.shape is not None else t[2]
-    return HostList(items, n, t[1], shape, mx, packed=buf)
+    return HostList(None, n, t[1], shape, mx, packed=buf)   # items made when asked for
 
 
 def _loop_pre(node, vals):

@@ -16,12 +16,24 @@ from ..alloc import empty as _empty
 
 class HostList:
     # packed: a buffer [>= n, *element] whose first n items are this list's items (a compiled
-    # loop's output, kernels/cpu/loops.py), so the next loop takes it without stacking them
-    __slots__ = ("store", "n", "dtype", "shape", "max", "packed")
+    # loop's output, kernels/cpu/loops.py), so the next loop takes it without stacking them;
+    # store None: the items are made from it when first asked for (a list a compiled loop
+    # makes and the next one reads never needs them one by one)
+    __slots__ = ("_store", "n", "dtype", "shape", "max", "packed")
 
     def __init__(self, store, n, dtype, shape, max_n=-1, packed=None):
-        self.store, self.n, self.dtype, self.shape, self.max = store, n, dtype, shape, max_n
+        self._store, self.n, self.dtype, self.shape, self.max = store, n, dtype, shape, max_n
         self.packed = packed
+
+    @property
+    def store(self):
+        s = self._store
+        if s is None:
+            items = self.packed[:self.n].view()
+            items.flags.writeable = False
+            s = self._store = list(items) if items.ndim > 1 else [
+                items[i:i + 1].reshape(()) for i in range(self.n)]
+        return s
 
     def items(self):
         return self.store[:self.n] if len(self.store) != self.n else self.store
@@ -109,13 +121,13 @@ def from_tensor(ins, attrs):
     if t.ndim < 1:
         raise InvalidArgumentError("Tensor must be at least a vector, but saw shape: []")
     dt = attrs["element_dtype"]
-    items = [_ro(t[i], dt) for i in range(t.shape[0])]
-    packed = None
+    shape = _merge(_shape_arg(shape), t.shape[1:])
     if t.dtype == dt and t.flags.c_contiguous and t.ndim > 1:
         packed = t.view()
         packed.flags.writeable = False
-    return [HostList(items, len(items), dt, _merge(_shape_arg(shape), t.shape[1:]),
-                     packed=packed)]
+        return [HostList(None, t.shape[0], dt, shape, packed=packed)]
+    items = [_ro(t[i], dt) for i in range(t.shape[0])]
+    return [HostList(items, len(items), dt, shape)]
 
 
 def push_back(ins, attrs):
@@ -172,17 +184,17 @@ def get_item(ins, attrs):
 
 def stack(ins, attrs):
     lst, shape = ins
-    items = lst.items()
+    n = lst.n
     want = attrs.get("num_elements", -1)
-    if want not in (-1, None) and want != len(items):
+    if want not in (-1, None) and want != n:
         raise InvalidArgumentError(f"Operation expected a list with {want} elements but got a "
-                                   f"list with {len(items)} elements.")
+                                   f"list with {n} elements.")
     p = lst.packed
-    if p is not None and p.shape[0] >= len(items) and items:   # a compiled loop's buffer
-        src = p[:len(items)]
-        out = _empty(src.shape, p.dtype)   # (pooled: a fresh multi-MB array costs a page
-        out[...] = src                     # fault per 4 KiB)
+    if p is not None and p.shape[0] >= n and n:   # a compiled loop's buffer, a tensor's rows
+        out = p[:n].view()   # its items, as they are: read-only (no one writes a list's
+        out.flags.writeable = False   # buffer in place; nor, then, through this)
         return [out]
+    items = lst.items()
     if not items:
         z = _zeros(lst, _shape_arg(shape), "TensorListStack")
         return [np.zeros((0,) + z.shape, lst.dtype)]

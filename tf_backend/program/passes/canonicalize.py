@@ -4,6 +4,8 @@
 - FusedBatchNormV3 in inference (is_training=False, NHWC, only `y` used) ->
   y = (x - mean) * (rsqrt(variance + epsilon) * scale) + offset, TensorFlow's own formula, as
   elementwise ops on channel vectors, so the affine fuses into its neighbours.
+- Transpose(Transpose(x, p1), p2) with p1 then p2 the identity -> x (Keras' recurrent layers
+  stacked: one layer's output goes back to time-major, the next layer's input to batch-major).
 """
 import numpy as np
 
@@ -47,7 +49,45 @@ def run(prog):
     prog.nodes = out
     if bias or bn:
         prog.notes.append(f"canonicalize: {bias} BiasAdd -> AddV2, {bn} FusedBatchNormV3 -> affine")
+    _transpose_pairs(prog)
     return prog
+
+
+def _perm(prog, slot):
+    c = prog.consts.get(slot)
+    return None if c is None else [int(p) for p in np.asarray(c).reshape(-1)]
+
+
+def _transpose_pairs(prog):
+    """A transpose that undoes the transpose it reads is its input's input (values are
+    immutable: a consumer reads the same elements); the first goes when nothing else reads it."""
+    producer = {o: n for n in prog.nodes for o in n.outputs}
+    waited = {id(c) for n in prog.nodes for c in n.ctrl}
+    sub, gone = {}, set()
+    for n in prog.nodes:
+        if n.op != "Transpose" or n.kind != "kernel" or n.ctrl or id(n) in waited:
+            continue
+        m = producer.get(n.inputs[0])
+        if m is None or m.op != "Transpose" or m.kind != "kernel" or m.ctrl:
+            continue
+        p1, p2 = _perm(prog, m.inputs[1]), _perm(prog, n.inputs[1])
+        if p1 is None or p2 is None or len(p1) != len(p2) or sorted(p1) != list(range(len(p1))):
+            continue
+        if all(p1[p2[i]] == i for i in range(len(p2))):
+            sub[n.outputs[0]] = m.inputs[0]
+            gone.add(id(n))
+    if not sub:
+        return
+    def root(s):
+        while s in sub:
+            s = sub[s]
+        return s
+
+    prog.nodes = [n for n in prog.nodes if id(n) not in gone]
+    for n in prog.nodes:
+        n.inputs = [root(s) for s in n.inputs]
+    prog.outputs = [root(s) for s in prog.outputs]
+    prog.notes.append(f"canonicalize: {len(sub)} transposes undoing a transpose removed")
 
 
 def _attr(n, k, default=None):
