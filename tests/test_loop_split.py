@@ -155,3 +155,54 @@ def test_error_in_a_split_loop_raises_stocks_error(tf, halves):
         f(x, tf.constant(T + 1))
     with pytest.raises(type(stock.value)):
         _ours(tf, f, x, tf.constant(T + 1))
+
+
+def test_keras_recurrent_training_step_by_rows_matches_stock(tf, monkeypatch):
+    """Keras' LSTM and GRU at batch 64: their forward loops split by rows and their gradient
+    loops too, the weights' gradients summed per half (PARTIAL) and added after the loop."""
+    import keras
+    from tf_backend.ab.bench import _training_step
+    plans = []
+    orig = loop_split.plan
+
+    def plan(loop, index_map):
+        got = orig(loop, index_map)
+        plans.append((loop.name, None if got is None else list(got[1])))
+        return got
+
+    monkeypatch.setattr(loop_split, "plan", plan)
+    rng = np.random.default_rng(2)
+    x = tf.constant(rng.integers(0, 50, (B, T)).astype(np.int32))
+    y = tf.constant(rng.integers(0, 2, (B, 1)).astype(np.float32))
+
+    def train(enable):
+        keras.utils.set_random_seed(4)
+        model = keras.Sequential([keras.Input((T,), dtype="int32"),
+                                  keras.layers.Embedding(50, 32),
+                                  keras.layers.LSTM(64, return_sequences=True),
+                                  keras.layers.GRU(64), keras.layers.Dense(1)])
+        step = tf.function(_training_step(tf, model, keras.optimizers.Adam(1e-2),
+                                          keras.losses.BinaryCrossentropy(from_logits=True)))
+        functions.clear_cache()
+        losses = []
+        with tf_backend.enabled() if enable else _Off():
+            for _ in range(3):
+                losses.append(float(step(x, y)))
+        return losses, [v.numpy() for v in model.trainable_variables]
+
+    s_loss, s_w = train(False)
+    o_loss, o_w = train(True)
+    np.testing.assert_allclose(o_loss, s_loss, rtol=1e-5)
+    for a, b in zip(o_w, s_w):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    grads = [p for name, p in plans if "while_grad" in name]
+    assert grads and all(p is not None and loop_split.PARTIAL in p for p in grads), plans
+    assert all(p is not None for name, p in plans), plans
+
+
+class _Off:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False

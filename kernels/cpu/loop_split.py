@@ -35,7 +35,15 @@ import threading
 
 import numpy as np
 
+import kernels
 from kernels.regions import Loop, Region, Step
+
+
+# what a value is in the two halves
+WHOLE = 0      # the same in both (counters, weights, constants)
+ROWS = 1       # split: half p holds rows [p*B/2, (p+1)*B/2) of its first axis (of a list's items)
+PARTIAL = 2    # summed over the batch: the whole value is half 0's plus half 1's (a weight's
+               # gradient accumulated over a backward loop: x^T @ dz, a bias gradient)
 
 
 class NoSplit(Exception):
@@ -43,22 +51,30 @@ class NoSplit(Exception):
 
 
 class _Flip(NoSplit):
-    """A list's items are split where its type said whole, or whole where it said split: the
-    list (a loop variable when `slot` is a region input) takes its items' side."""
+    """A loop variable is other than its first guess (a list of whole items, a state the body
+    makes whole, an accumulator of partial sums): it takes that side (`slot`: a region input)."""
 
-    def __init__(self, slot, split, why):
+    def __init__(self, slot, label, why):
         super().__init__(why)
-        self.slot, self.split = slot, split
+        self.slot, self.label = slot, label
 
 
 def _rank_ok(t, B):
     return t[0] in "al" and len(t[2]) >= 1 and t[2][0] == B
 
 
-def plan(loop, index_map, consts_of=None):
-    """(B, per loop variable whether it is split, {"c": labels, "b": labels}) or None; labels
-    map each slot of the region to whether it is split. `index_map(types, consts, step)` is the
-    generator's index-map function (kernels/cpu/loops.py)."""
+def _can_be(label, t, B):
+    if label == ROWS:
+        return _rank_ok(t, B)
+    if label == PARTIAL:
+        return t[0] == "a" and np.dtype(t[1]).kind == "f"
+    return True
+
+
+def plan(loop, index_map):
+    """(B, per loop variable its label, {"c": labels, "b": labels}) or None; labels map each
+    slot of the region to WHOLE, ROWS or PARTIAL. `index_map(ctx, step)` is the generator's
+    index-map function (kernels/cpu/loops.py)."""
     cands = collections.Counter(t[2][0] for t in loop.vars if t[0] in "al" and len(t[2]) >= 1)
     # arrays the body passes through unchanged (weights a loop was given) are whole first (a
     # list it passes through is a sequence it reads: split); then every variable by its shape
@@ -67,8 +83,9 @@ def plan(loop, index_map, consts_of=None):
     tries = []
     for B, _ in cands.most_common():
         if B >= 2 and not B % 2:
-            tries += [(B, [_rank_ok(t, B) and not p for t, p in zip(loop.vars, same)]),
-                      (B, [_rank_ok(t, B) for t in loop.vars])]
+            tries += [(B, [ROWS if _rank_ok(t, B) and not p else WHOLE
+                           for t, p in zip(loop.vars, same)]),
+                      (B, [ROWS if _rank_ok(t, B) else WHOLE for t in loop.vars])]
     for B, split in tries:
         got = _labels(loop, B, split, index_map)
         if got is None:
@@ -80,31 +97,30 @@ def plan(loop, index_map, consts_of=None):
 
 
 def _labels(loop, B, split, index_map):
-    """The regions' labels for loop variables split as `split` (changed in place where a
-    variable's own steps say otherwise: a list of whole items, a state the body makes whole),
-    or None."""
+    """The regions' labels for loop variables labelled `split` (changed in place where a
+    variable's own steps say otherwise), or None."""
     where = {}
     for r in (loop.cond, loop.body):
         for k, s in enumerate(r.inputs):
             where[(id(r), s)] = k
-    for _ in range(2 * len(split) + 1):
-        if not any(split):
+    for _ in range(3 * len(split) + 1):
+        if ROWS not in split:
             return None
         try:
             labels = {"c": _region(loop.cond, split, B, index_map),
                       "b": _region(loop.body, split, B, index_map)}
-            if labels["c"].get(loop.cond.outputs[0], False):
+            if labels["c"].get(loop.cond.outputs[0], WHOLE) != WHOLE:
                 return None   # the condition reads split values
             for k, s in enumerate(loop.body.outputs):
-                got = labels["b"].get(s, False)
+                got = labels["b"].get(s, WHOLE)
                 if loop.vars[k][0] != "h" and got != split[k]:
                     raise _Flip(loop.body.inputs[k], got, f"loop variable {k} changes")
             return labels
         except _Flip as f:
             k = where.get((id(loop.body), f.slot), where.get((id(loop.cond), f.slot)))
-            if k is None or split[k] == f.split or (f.split and not _rank_ok(loop.vars[k], B)):
+            if k is None or split[k] == f.label or not _can_be(f.label, loop.vars[k], B):
                 return None
-            split[k] = f.split
+            split[k] = f.label
         except NoSplit:
             return None
     return None
@@ -133,92 +149,147 @@ def _costs(region, lab):
             if a is not None and a[0] == "a" and len(a[2]) == 2:
                 n *= a[2][0] if m.attrs.get("transpose_a") else a[2][1]
         total += n
-        if not lab.get(st.outputs[0], False):
+        if lab.get(st.outputs[0], WHOLE) == WHOLE:
             whole += n
     return whole, total
 
 
-def _region(region, split, B, index_map):
-    lab = {s: split[k] for k, s in enumerate(region.inputs)}
-    types = region.types
+# ops whose result is a sum of their inputs: partial sums add to partial sums
+_ADDS = {"AddV2", "Add", "AddN"}
 
-    def S(s):
-        return lab.get(s, False)
+
+def _uniform_rows(c, B):
+    """A constant of B equal rows (zeros a gradient loop writes into a list): each half reads
+    its first B/2 rows as its own."""
+    a = np.ascontiguousarray(c)
+    if a.ndim < 1 or a.shape[0] != B or a.dtype.kind == "O":
+        return False
+    b = a.reshape(B, -1).view(np.uint8) if a.size else a.reshape(B, 0)
+    return bool((b == b[:1]).all())
+
+
+def _region(region, split, B, index_map):
+    lab = {s: ROWS for s, c in region.consts.items() if _uniform_rows(c, B)}
+    lab.update({s: split[k] for k, s in enumerate(region.inputs)})
+    inputs = set(region.inputs)
+    types = region.types
+    origin = {}   # an item read from a list the loop was given -> that list's slot
+
+    def L(s):
+        return lab.get(s, WHOLE)
 
     def mark(s, v, t=None):
         t = types[s] if t is None else t
-        if v and not _rank_ok(t, B):
-            raise NoSplit(f"%{s}: {t} split but its first axis is not the batch")
+        if not _can_be(v, t, B):
+            raise NoSplit(f"%{s}: {t} cannot be {('whole', 'split', 'partial')[v]}")
         lab[s] = v
+
+    def elementwise(op, ins, out_t):
+        if any(L(s) == PARTIAL for s in ins):
+            if op not in _ADDS:
+                raise NoSplit(f"{op} of a partial sum")
+            for s in ins:   # an accumulator the body adds partial sums to
+                if L(s) != PARTIAL:
+                    if s in inputs:
+                        raise _Flip(s, PARTIAL, f"{op}: an accumulator of partial sums")
+                    raise NoSplit(f"{op}: a partial sum and a value")
+            return PARTIAL
+        return _elementwise([(L(s), types[s]) for s in ins], out_t, B)
 
     for st in region.steps:
         if st.kind == "noop":
             continue
         if st.kind == "alias":
             for s, o in zip(st.inputs, st.outputs):
-                lab[o] = S(s)
+                lab[o] = L(s)
             continue
         if st.kind == "fused" and st.parts is not None:
             m, n, k = st.parts
-            prod = _product(S(st.inputs[0]), S(st.inputs[1]), m.attrs)
-            if prod != _elementwise([(S(s), types[s]) for s in st.inputs[len(m.inputs):]]
-                                    + [(prod, st.types[0])], st.types[0], B):
+            prod = _product(L(st.inputs[0]), L(st.inputs[1]), m.attrs)
+            rest = st.inputs[len(m.inputs):]
+            if prod == PARTIAL or any(L(s) == PARTIAL for s in rest):
+                raise NoSplit(f"{st.op}: an epilogue of a partial sum")
+            if prod != _elementwise([(L(s), types[s]) for s in rest] + [(prod, st.types[0])],
+                                    st.types[0], B):
                 raise NoSplit(f"{st.op}: a whole product with a split epilogue")
             mark(st.outputs[0], prod, st.types[0])
             continue
         if st.kind == "fused":
-            mark(st.outputs[0], _elementwise([(S(s), types[s]) for s in st.inputs],
-                                             st.types[0], B), st.types[0])
+            steps = st.fusion[2] if st.fusion is not None else ()
+            op = steps[0][0] if len(steps) == 1 else "a fused chain"
+            mark(st.outputs[0], elementwise(op, st.inputs, st.types[0]), st.types[0])
             continue
-        _kernel_step(st, S, mark, region, B, index_map)
+        if st.op in ("TensorListGetItem", "TensorListPopBack") and st.inputs[0] in inputs:
+            origin[st.outputs[-1]] = st.inputs[0]
+        _kernel_step(st, L, mark, elementwise, region, B, index_map, origin)
     return lab
 
 
 def _elementwise(ins, out_t, B):
-    if not any(s for s, _ in ins):
-        return False
+    """ROWS or WHOLE for an elementwise result of (label, type) inputs (none partial)."""
+    if not any(s == ROWS for s, _ in ins):
+        return WHOLE
     shape = tuple(out_t[2])
     if len(shape) < 1 or shape[0] != B:
         raise NoSplit("an elementwise result without the batch first")
     for s, t in ins:
         sh = tuple(t[2]) if t[0] == "a" else ()
-        if s:
+        if s == ROWS:
             if len(sh) != len(shape) or sh[0] != B:
                 raise NoSplit("an elementwise input without the batch first")
         elif len(sh) == len(shape) and sh[0] != 1:
             raise NoSplit("a whole input of the batch's rank (it varies by row)")
-    return True
+    return ROWS
 
 
-def _product(sa, sb, attrs):
-    if sb:
+def _product(la, lb, attrs):
+    """a @ b: rows of a by whole b are rows; a's rows against b's rows (a transposed) sum over
+    the batch: partial."""
+    ta, tb = bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b"))
+    if PARTIAL in (la, lb):
+        raise NoSplit("a product of a partial sum")
+    if la == ROWS and lb == ROWS and ta and not tb:
+        return PARTIAL
+    if lb == ROWS:
         raise NoSplit("a product whose right operand is split")
-    if sa and attrs.get("transpose_a"):
+    if la == ROWS and ta:
         raise NoSplit("a product over the batch (transpose_a)")
-    return sa
+    return la
 
 
-def _kernel_step(st, S, mark, region, B, index_map):
-    from kernels.cpu import loops as L
+def _kernel_step(st, L, mark, elementwise, region, B, index_map, origin):
+    from kernels.cpu import loops as LP
     types = region.types
     op = st.op
-    ins = [S(s) for s in st.inputs]
+    ins = [L(s) for s in st.inputs]
+    if op == "MatMul" and ins[1] == ROWS and st.inputs[1] in origin and not (
+            ins[0] == ROWS and st.attrs.get("transpose_a") and not st.attrs.get("transpose_b")):
+        # weights a forward loop pushed, a copy an iteration: that list is whole
+        raise _Flip(origin[st.inputs[1]], WHOLE, "a product's right operand from a list")
     if op == "MatMul":
         mark(st.outputs[0], _product(ins[0], ins[1], st.attrs), st.types[0])
-    elif op in L.LIST_OPS or (op == "AddN" and st.types[0][0] == "l"):
-        _list_step(st, S, mark, B)
-    elif op in L.TABLE or op in ("SelectV2", "AddN"):
-        mark(st.outputs[0], _elementwise([(S(s), types[s]) for s in st.inputs], st.types[0],
-                                         B), st.types[0])
+    elif op in LP.LIST_OPS or (op == "AddN" and st.types[0][0] == "l"):
+        if PARTIAL in ins:
+            raise NoSplit(f"{op}: a partial sum into a list")
+        _list_step(st, L, mark, B)
+    elif op in LP.TABLE or op in ("SelectV2", "AddN"):
+        mark(st.outputs[0], elementwise(op, st.inputs, st.types[0]), st.types[0])
     elif not any(ins):
         for s, t in zip(st.outputs, st.types):
-            mark(s, False, t)
-    elif op in L.VIEWS:
+            mark(s, WHOLE, t)
+    elif op in LP.VIEWS:
         t = st.types[0]
-        if not ins[0] or len(t[2]) < 1 or t[2][0] != B or any(ins[1:]):
+        if any(ins[1:]):
+            raise NoSplit(f"{op}: a split shape")
+        if ins[0] == PARTIAL:
+            mark(st.outputs[0], PARTIAL, t)
+        elif len(t[2]) < 1 or t[2][0] != B:
             raise NoSplit(f"{op}: the batch moves")
-        mark(st.outputs[0], True, t)
-    elif op in L.REDUCE:
+        else:
+            mark(st.outputs[0], ROWS, t)
+    elif op in LP.REDUCE:
+        if ins[0] == PARTIAL:
+            raise NoSplit(f"{op} of a partial sum")
         nd = len(types[st.inputs[0]][2])
         if op == "BiasAddGrad":
             axes = set(range(nd - 1))
@@ -227,11 +298,22 @@ def _kernel_step(st, S, mark, region, B, index_map):
             if c is None:
                 raise NoSplit(f"{op}: axes not constant")
             axes = {int(a) % max(nd, 1) for a in np.asarray(c).reshape(-1)}
-        if 0 in axes:
-            raise NoSplit(f"{op} over the batch")
-        mark(st.outputs[0], True, st.types[0])
-    elif op in L.MOVEMENT:
-        _movement(st, S, mark, region, B, index_map)
+        if 0 not in axes:
+            mark(st.outputs[0], ROWS, st.types[0])
+        elif op == "Mean":
+            raise NoSplit("Mean over the batch")
+        else:   # a sum over the batch rows (and maybe more): each half sums its own
+            mark(st.outputs[0], PARTIAL, st.types[0])
+    elif op in LP.MOVEMENT:
+        if PARTIAL in ins:   # copies elements (or zeros): linear in partial sums alone
+            data = [k for k in range(len(st.inputs)) if k not in set(
+                kernels.host_inputs(op, len(st.inputs)))]
+            if any(ins[k] != PARTIAL for k in data):
+                raise NoSplit(f"{op} of a partial sum and a value")
+            for s, t in zip(st.outputs, st.types):
+                mark(s, PARTIAL, t)
+            return
+        _movement(st, L, mark, region, B, index_map)
     else:
         raise NoSplit(f"{op}: no row rule")
 
@@ -268,7 +350,7 @@ def _decode(data, m):
     return k_of, local
 
 
-def _movement(st, S, mark, region, B, index_map):
+def _movement(st, L, mark, region, B, index_map):
     """A data movement op keeps rows apart when its index map at half the batch is, for
     each half, its index map at the whole batch (the split inputs' element numbers taken
     within the half)."""
@@ -277,10 +359,10 @@ def _movement(st, S, mark, region, B, index_map):
         data, maps = index_map(_Types(region.types, region.consts), st)
     except Ineligible as e:
         raise NoSplit(str(e)) from None
-    split_ins = {k for k in data if S(st.inputs[k])}
+    split_ins = {k for k in data if L(st.inputs[k]) == ROWS}
     if not split_ins:
         for s, t in zip(st.outputs, st.types):
-            mark(s, False, t)
+            mark(s, WHOLE, t)
         return
     for t in st.types:
         if not _rank_ok(t, B):
@@ -306,34 +388,35 @@ def _movement(st, S, mark, region, B, index_map):
             if not (np.array_equal(k_of, want[0]) and np.array_equal(local, want[1])):
                 raise NoSplit(f"{st.op}: its index map mixes rows")
     for s, t in zip(st.outputs, st.types):
-        mark(s, True, t)
+        mark(s, ROWS, t)
 
 
-def _list_step(st, S, mark, B):
+def _list_step(st, L, mark, B):
     op = st.op
     if op == "TensorListGetItem":
-        mark(st.outputs[0], S(st.inputs[0]), st.types[0])
+        mark(st.outputs[0], L(st.inputs[0]), st.types[0])
     elif op in ("TensorListSetItem", "TensorListPushBack"):
         item = st.inputs[2 if op == "TensorListSetItem" else 1]
-        if S(item) != S(st.inputs[0]):
-            raise _Flip(st.inputs[0], S(item), f"{op}: an item and its list differ")
-        mark(st.outputs[0], S(item), st.types[0])
+        if L(item) != L(st.inputs[0]):
+            raise _Flip(st.inputs[0], L(item), f"{op}: an item and its list differ")
+        mark(st.outputs[0], L(item), st.types[0])
     elif op == "TensorListPopBack":
-        mark(st.outputs[0], S(st.inputs[0]), st.types[0])
-        mark(st.outputs[1], S(st.inputs[0]), st.types[1])
+        mark(st.outputs[0], L(st.inputs[0]), st.types[0])
+        mark(st.outputs[1], L(st.inputs[0]), st.types[1])
     elif op == "TensorListReserve":
-        mark(st.outputs[0], _rank_ok(st.types[0], B), st.types[0])
+        mark(st.outputs[0], ROWS if _rank_ok(st.types[0], B) else WHOLE, st.types[0])
     elif op in ("TensorListLength", "TensorListElementShape"):   # the whole list's
-        mark(st.outputs[0], False, st.types[0])
-    elif op == "AddN":
-        if any(S(s) for s in st.inputs):
-            raise NoSplit("AddN of split lists")
-        mark(st.outputs[0], False, st.types[0])
-    elif S(st.inputs[0]):   # Stack: the items' axis first
+        mark(st.outputs[0], WHOLE, st.types[0])
+    elif op == "AddN":   # acc[i] += v on split lists (the generator declines other forms)
+        ls = {L(s) for s in st.inputs}
+        if len(ls) != 1:
+            raise NoSplit("AddN of split and whole lists")
+        mark(st.outputs[0], ls.pop(), st.types[0])
+    elif L(st.inputs[0]) == ROWS:   # Stack: the items' axis first
         raise NoSplit(f"{op} of a split list")
     else:
         for s, t in zip(st.outputs, st.types):
-            mark(s, False, t)
+            mark(s, WHOLE, t)
 
 
 def halved(loop, sp):
@@ -342,21 +425,23 @@ def halved(loop, sp):
     H = B // 2
 
     def typ(t, s):
-        return _half(t, H) if s else t
+        return _half(t, H) if s == ROWS else t
 
     def step(st, lab):
         parts = st.parts
         if parts is not None:
             m, n, k = parts
-            s = lab.get(st.outputs[0], False)
+            s = lab.get(st.outputs[0], WHOLE)
             parts = (step(m, {o: s for o in m.outputs}), step(n, lab), k)
         return Step(st.op, st.kind, st.attrs, st.inputs, st.outputs,
-                    [typ(t, lab.get(o, False)) for t, o in zip(st.types, st.outputs)],
+                    [typ(t, lab.get(o, WHOLE)) for t, o in zip(st.types, st.outputs)],
                     fusion=st.fusion, parts=parts, kfn=st.kfn)
 
     def region(r, lab):
-        types = {s: typ(t, lab.get(s, False)) for s, t in r.types.items()}
-        return Region(r.inputs, [step(st, lab) for st in r.steps], r.outputs, r.consts, types,
+        types = {s: typ(t, lab.get(s, WHOLE)) for s, t in r.types.items()}
+        consts = {s: (np.ascontiguousarray(c)[:H] if lab.get(s) == ROWS else c)
+                  for s, c in r.consts.items()}
+        return Region(r.inputs, [step(st, lab) for st in r.steps], r.outputs, consts, types,
                       r.pre)
 
     return Loop(loop.name, [typ(t, s) for t, s in zip(loop.vars, split)],
@@ -390,9 +475,11 @@ class Rows:
         out = list(args)
         for j, (kind, s, w) in enumerate(self._args):
             a = args[j]
-            if kind == "a" and s:
+            if kind == "a" and s == ROWS:
                 out[j] = a[lo:hi]
-            elif kind == "l" and s:
+            elif kind == "a" and s == PARTIAL and p:   # half 1 sums from zero
+                out[j] = np.zeros_like(a)
+            elif kind == "l" and s == ROWS:
                 out[j] = np.ascontiguousarray(a).reshape((a.shape[0], 2, self._H) + a.shape[2:])
             elif kind == "l" and w and p:   # a whole list both halves write: one each
                 out[j] = a.copy()
@@ -410,11 +497,11 @@ class Rows:
             raise RuntimeError("split loop: the halves ran different trip counts")
         out = list(r0)
         for j, (kind, s, _) in enumerate(self._args):
-            if not s or kind == "n":
+            if s == WHOLE or kind == "n":
                 continue
             a, b = r0[j], r1[j]
             if kind == "a":
-                out[j] = np.concatenate((a, b))
+                out[j] = np.concatenate((a, b)) if s == ROWS else np.add(a, b)
                 continue
             n = int(r0[j + 1])
             if n != int(r1[j + 1]):

@@ -576,19 +576,22 @@ def _put(buf, i, item, list_type, ctx, item_slot):
 def _emit_list_addn(ctx, mod, st):
     """AddN over lists. acc + SetItem(Reserve(...), i, v) (the gradient of one read item, each
     iteration) is acc[i] += v in place; any other form adds the buffers item by item."""
-    if any(_rows(ctx.type(s)) for s in st.inputs + st.outputs):
-        raise Ineligible("AddN of lists split by rows")
+    rows = any(_rows(ctx.type(s)) for s in st.inputs + st.outputs)
     ob, on = _list_names(ctx, st.outputs[0])
     pat = ctx.set_into_reserve(st)
     if pat is not None:
         acc, i, v = pat
         i, v = _operand(ctx, mod, i), _operand(ctx, mod, v)
         buf, n = _list_names(ctx, acc)
+        put = (f"put_rows({ob}, {i}, p, {v}, True)" if rows else
+               f"put_item({ob}, {i}, {v}, True)" if not _is_scalar(ctx.type(pat[2])) else
+               f"{ob}[{i}] += {v}")
         ctx.emit(f"if {i} < 0 or {i} >= {n}:", "    raise IndexError('AddN')",
                  f"{ob} = {buf}" + ("" if ctx.last_use(st, acc) else ".copy()"),
-                 f"{on} = {n}", f"put_item({ob}, {i}, {v}, True)" if not _is_scalar(
-                     ctx.type(pat[2])) else f"{ob}[{i}] += {v}")
+                 f"{on} = {n}", put)
         return
+    if rows:
+        raise Ineligible("AddN of lists split by rows")
     first = _list_names(ctx, st.inputs[0])
     ctx.emit(f"{ob} = {first[0]}[:{first[1]}].copy()", f"{on} = {first[1]}")
     for s in st.inputs[1:]:
@@ -1135,13 +1138,16 @@ def build(loop):
     if not gemm.available():
         raise Ineligible("numpy's OpenBLAS symbols are not available")
     _threads_ready()
-    sp = loop_split.plan(loop, _index_map) if SPLIT_ROWS else None
-    if sp is not None:
-        B, split, _ = sp
+    sp = None
+    if SPLIT_ROWS:
         try:
-            src, arrays, copy_in = source(loop_split.halved(loop, sp), pair=False, rows=True,
-                                          note=f"split by rows: two halves of {B // 2} of {B}")
-        except Ineligible:
+            sp = loop_split.plan(loop, _index_map)
+            if sp is not None:
+                B, split, _ = sp
+                src, arrays, copy_in = source(
+                    loop_split.halved(loop, sp), pair=False, rows=True,
+                    note=f"split by rows: two halves of {B // 2} of {B}")
+        except Exception:  # noqa: BLE001 - a split it cannot write: the loop runs whole
             sp = None
     if sp is None:
         src, arrays, copy_in = source(loop)
