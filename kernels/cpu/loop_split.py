@@ -419,32 +419,81 @@ def _list_step(st, L, mark, B):
             mark(s, WHOLE, t)
 
 
+_READS = {"TensorListGetItem", "TensorListPopBack", "TensorListStack", "AddN"}
+
+
+def write_only(loop, split):
+    """{region id: slots} of whole lists the loop writes but never reads items of (the weights
+    a forward loop pushes for its gradient, once an iteration): half 0 writes them, half 1 only
+    counts (both would write the same values), and the two share one buffer."""
+    parent = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    def union(a, b):
+        parent[find(a)] = find(b)
+
+    read = set()
+    regions = (loop.cond, loop.body)
+    for r in regions:
+        for k, s in enumerate(r.inputs):
+            union((id(r), s), ("v", k))
+        if r is loop.body:
+            for k, s in enumerate(r.outputs):
+                union((id(r), s), ("v", k))
+        for st in r.steps:
+            lists = [x for x in st.inputs + st.outputs if r.types.get(x, ("a",))[0] == "l"]
+            for x in lists[1:]:
+                union((id(r), x), (id(r), lists[0]))
+            if st.op in _READS and lists:
+                read.add((id(r), lists[0]))
+    read = {find(x) for x in read}
+    out = {}
+    for k, t in enumerate(loop.vars):
+        if t[0] == "l" and split[k] == WHOLE and find(("v", k)) not in read:
+            root = find(("v", k))
+            for r in regions:
+                out.setdefault(id(r), set()).update(
+                    s for s, tt in r.types.items() if tt[0] == "l" and find((id(r), s)) == root)
+    return out
+
+
 def halved(loop, sp):
-    """The loop at half the batch: split values' types with B/2 rows."""
+    """The loop at half the batch: split values' types with B/2 rows; whole lists half 1 does
+    not write marked "first"."""
     B, split, labels = sp
     H = B // 2
+    first = write_only(loop, split)
 
-    def typ(t, s):
-        return _half(t, H) if s == ROWS else t
+    def typ(t, s, slot=None, r=None):
+        if s == ROWS:
+            return _half(t, H)
+        if t[0] == "l" and r is not None and slot in first.get(id(r), ()):
+            return (t[0], t[1], tuple(t[2]), "first")
+        return t
 
-    def step(st, lab):
+    def step(st, lab, r):
         parts = st.parts
         if parts is not None:
             m, n, k = parts
             s = lab.get(st.outputs[0], WHOLE)
-            parts = (step(m, {o: s for o in m.outputs}), step(n, lab), k)
+            parts = (step(m, {o: s for o in m.outputs}, r), step(n, lab, r), k)
         return Step(st.op, st.kind, st.attrs, st.inputs, st.outputs,
-                    [typ(t, lab.get(o, WHOLE)) for t, o in zip(st.types, st.outputs)],
+                    [typ(t, lab.get(o, WHOLE), o, r) for t, o in zip(st.types, st.outputs)],
                     fusion=st.fusion, parts=parts, kfn=st.kfn)
 
     def region(r, lab):
-        types = {s: typ(t, lab.get(s, WHOLE)) for s, t in r.types.items()}
+        types = {s: typ(t, lab.get(s, WHOLE), s, r) for s, t in r.types.items()}
         consts = {s: (np.ascontiguousarray(c)[:H] if lab.get(s) == ROWS else c)
                   for s, c in r.consts.items()}
-        return Region(r.inputs, [step(st, lab) for st in r.steps], r.outputs, consts, types,
+        return Region(r.inputs, [step(st, lab, r) for st in r.steps], r.outputs, consts, types,
                       r.pre)
 
-    return Loop(loop.name, [typ(t, s) for t, s in zip(loop.vars, split)],
+    return Loop(loop.name, [typ(t, s, loop.body.inputs[k], loop.body)
+                            for k, (t, s) in enumerate(zip(loop.vars, split))],
                 region(loop.cond, labels["c"]), region(loop.body, labels["b"]))
 
 
@@ -457,10 +506,13 @@ class Rows:
     in nor joined after (unless a half had to grow or copy its buffer: then half 1's rows are
     copied into half 0's). Other attributes are the half function's (numba's dispatcher)."""
 
-    def __init__(self, fn, var_types, split, B, written):
+    def __init__(self, fn, var_types, split, B, written, half_types=None):
         self._fn = fn
         self._B, self._H = B, B // 2
         self._args = []   # per argument of a variable: (kind, split, written)
+        if half_types is not None:   # lists only half 0 writes: one buffer for both
+            written = [w and not (len(h) > 3 and h[3] == "first")
+                       for w, h in zip(written, half_types)]
         for t, s, w in zip(var_types, split, written):
             if t[0] == "l":
                 self._args += [("l", s, w), ("n", s, w)]

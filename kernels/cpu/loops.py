@@ -566,11 +566,12 @@ def _emit_list(ctx, mod, st):
 def _put(buf, i, item, list_type, ctx, item_slot):
     """buf[i] = item: a scalar stored as it is, an array through a helper (numba lowers an
     array assignment into a slice at every site: compile time)."""
-    if _is_scalar(ctx.type(item_slot)):
-        return f"{buf}[{i}] = {item}"
     if _rows(list_type):
         return f"put_rows({buf}, {i}, p, {item}, False)"
-    return f"put_item({buf}, {i}, {item}, False)"
+    guard = "if p == 0: " if len(list_type) > 3 and list_type[3] == "first" else ""
+    if _is_scalar(ctx.type(item_slot)):
+        return f"{guard}{buf}[{i}] = {item}"
+    return f"{guard}put_item({buf}, {i}, {item}, False)"
 
 
 def _emit_list_addn(ctx, mod, st):
@@ -1144,8 +1145,9 @@ def build(loop):
             sp = loop_split.plan(loop, _index_map)
             if sp is not None:
                 B, split, _ = sp
+                half = loop_split.halved(loop, sp)
                 src, arrays, copy_in = source(
-                    loop_split.halved(loop, sp), pair=False, rows=True,
+                    half, pair=False, rows=True,
                     note=f"split by rows: two halves of {B // 2} of {B}")
         except Exception:  # noqa: BLE001 - a split it cannot write: the loop runs whole
             sp = None
@@ -1155,7 +1157,8 @@ def build(loop):
     m = ew.import_generated(src, f"loop_cpu_{digest}.py", f"_tf_backend_loop_{digest}")
     if sp is None:
         return m.loop_fn, arrays, copy_in, src
-    return loop_split.Rows(m.loop_fn, loop.vars, split, B, copy_in), arrays, copy_in, src
+    return (loop_split.Rows(m.loop_fn, loop.vars, split, B, copy_in, half.vars), arrays, copy_in,
+            src)
 
 
 # TF_BACKEND_LOOP_ROWS=0: loops run whole (A/B runs)
