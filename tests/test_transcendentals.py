@@ -81,18 +81,28 @@ def test_batch_norm_style_mean_is_at_least_as_accurate_as_stock():
     assert np.mean(ours_err) <= np.mean(stock_err), (ours_err, stock_err)
 
 
-def test_erfc_float32_is_the_correctly_rounded_value_and_keras_gelu_matches_stock():
-    """float32 Erfc (Keras' exact GELU: 0.5 * x * erfc(-x / sqrt 2)) by Eigen's float64 algorithm
-    in vectorisable code (kernels/cpu/scalar.py erfc64): the float32 rounding of libm's erfc
-    (subnormals flushed), everywhere here; GELU within the elementwise contract of stock's."""
-    import math
-    a = np.concatenate([_inputs(4), np.linspace(-12, 12, 4096, dtype=np.float32)])
+def test_erfc_float32_is_eigens_algorithm_and_keras_gelu_matches_stock():
+    """float32 Erfc (Keras' exact GELU: 0.5 * x * erfc(-x / sqrt 2)) by Eigen's float32 algorithm
+    in float32 lanes (kernels/cpu/scalar.py erfc32_eigen): stock's own bits on most inputs, a few
+    ulps off elsewhere (stock's error against the true value reaches ~64 ulps in the tail; the
+    float64 path this replaced was correctly rounded there, so further from stock, and half as
+    fast). Special values exact; GELU within the elementwise contract of stock's."""
+    rng = np.random.default_rng(7)
+    a = np.concatenate([_inputs(4), np.linspace(-12, 12, 4096, dtype=np.float32),
+                        rng.uniform(-12, 12, 1 << 16).astype(np.float32),
+                        np.array([0, -0.0, 1, -1, 11, -11, 30, -30, np.inf, -np.inf, np.nan,
+                                  1e-40, -1e-40], np.float32)])
     ours, stats = run_ours(tf.math.erfc, [a])
     assert stats["totals"]["backend"] >= 1
-    want = np.array([math.erfc(float(v)) for v in a]).astype(np.float32)
-    want[np.abs(want) < np.finfo(np.float32).tiny] = 0   # subnormal results flush, as in TF
-    same = (ours[0] == want) | (np.isnan(ours[0]) & np.isnan(want))
-    assert same.all(), (a[~same][:5], ours[0][~same][:5], want[~same][:5])
+    want = run_stock(tf.math.erfc, [a])[0]
+    got = ours[0]
+    nan = np.isnan(want)
+    assert (np.isnan(got) == nan).all()
+    ulp = np.abs(got.view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64))
+    assert ulp[~nan].max() <= 8, (a[~nan][ulp[~nan] > 8][:5])
+    assert (ulp[~nan] == 0).mean() > 0.9
+    special = np.isin(a, np.array([0, 11, -11, 30, -30, np.inf, -np.inf], np.float32))
+    np.testing.assert_array_equal(got[special], want[special])
     ref = run_stock(tf.nn.gelu, [a])[0]
     got, stats = run_ours(tf.function(tf.nn.gelu), [a])
     assert stats["totals"]["backend"] >= 1

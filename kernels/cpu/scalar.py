@@ -314,61 +314,6 @@ def log1p64(z):
     return z * (1.0 - z * (0.5 - z * (1.0 / 3))) if abs(z) < 1e-4 else r
 
 
-# Eigen's generic_fast_erfc<double> (SpecialFunctionsImpl.h, Rminimax fits): erfc(x) = 1 -
-# x * S(x^2) / T(x^2) for |x| <= 1, exp(-x^2) / x * P(1/x^2) / Q(1/x^2) above (exp(-x^2) with
-# the square's rounding error folded in), highest degree first.
-_EO_S = (1.9493725660006057018823477644531294572516344487667083740234375e-04,
-         1.8272566210022942682217328425053892715368419885635375976562500e-03,
-         4.5303363351690106863856044583371840417385101318359375000000000e-02,
-         1.4215015503619179981775744181504705920815467834472656250000000e-01,
-         1.1283791670955125585606992899556644260883331298828125000000000e+00)
-_EO_T = (2.0294484101083099089526257108317963684385176748037338256835938e-05,
-         6.8117805899186819641732970609382391558028757572174072265625000e-04,
-         1.0582026056098614921752165685120417037978768348693847656250000e-02,
-         9.3252603143757495374188692949246615171432495117187500000000000e-02,
-         4.5931062818368939559832142549566924571990966796875000000000000e-01)
-_EC_P = (1.5252844933226974316088642158462107545346952974796295166015625e-04,
-         1.0909912393738931124520519233556115068495273590087890625000000e-02,
-         1.0628604636755033252537572252549580298364162445068359375000000e-01,
-         3.3492472973137982217295416376146022230386734008789062500000000e-01,
-         4.5065776215933289750026347064704168587923049926757812500000000e-01,
-         2.9433039130294824659017649537418037652969360351562500000000000e-01,
-         9.8792676360600226170838311645638896152377128601074218750000000e-02,
-         1.7095935395503719655962981960328761488199234008789062500000000e-02,
-         1.4249109729504577659398023570247460156679153442382812500000000e-03,
-         4.4567378313647954771875570045835956989321857690811157226562500e-05)
-_EC_Q = (2.041985103115789845773520028160419315099716186523437500000000e-03,
-         5.316030659946043707142493417450168635696172714233398437500000e-02,
-         3.426242193784684864077405563875799998641014099121093750000000e-01,
-         8.565637124308049799026321124983951449394226074218750000000000e-01,
-         1.0,
-         5.968805280570776972126623149961233139038085937500000000000000e-01,
-         1.890922854723317836356244470152887515723705291748046875000000e-01,
-         3.152505418656005586885981983868987299501895904541015625000000e-02,
-         2.565085751861882583380047861965067568235099315643310546875000e-03,
-         7.899362131678837697403017248376499992446042597293853759765625e-05)
-
-
-@_jit
-def erfc64(a):
-    """erfc in float64 by Eigen's double algorithm (a few ulp): straight-line code with selects,
-    exp by exp64, so that loops vectorise (math.erfc is a scalar libm call: a Keras GELU over
-    128x1024 took 1.2 ms against stock's 0.36)."""
-    x = 28.0 if a > 28.0 else (-28.0 if a < -28.0 else a)
-    x2 = x * x
-    small = 1.0 - x * (_horner(_EO_S, x2) / _fma(_horner(_EO_T, x2), x2, 1.0))
-    big = x2 > 1.0
-    xl = x if big else 2.0        # the large form where it is used; finite elsewhere
-    x2 = xl * xl
-    lo = _fma(xl, xl, -x2)
-    e = exp64(-x2)
-    z = e - e * lo
-    q2 = 1.0 / x2
-    large = _fma(z, _horner(_EC_P, q2) / (xl * _horner(_EC_Q, q2)), 2.0 if x < 0.0 else 0.0)
-    r = large if big else small
-    return a if a != a else r
-
-
 @_jit
 def vexpm1(x):
     return np.float32(expm1_64(np.float64(x))) if is_f32(x) else math.expm1(x)
@@ -376,7 +321,7 @@ def vexpm1(x):
 
 @_jit
 def verfc(x):
-    return np.float32(erfc64(np.float64(x))) if is_f32(x) else math.erfc(x)
+    return erfc32_eigen(x) if is_f32(x) else math.erfc(x)
 
 
 def is_f32(x):
@@ -503,6 +448,45 @@ def erf32_eigen(a):
     r = p / q
     r = _F1 if r > _F1 else r
     return -_F1 if r < -_F1 else r
+
+
+_EC_ALPHA = (_f32(5.61802298761904239654541015625e-04), _f32(-4.91381669417023658752441406250e-03),
+             _f32(2.67075151205062866210937500000e-02), _f32(-1.12800106406211853027343750000e-01),
+             _f32(3.76122951507568359375000000000e-01), _f32(-1.12837910652160644531250000000e+00))
+_EC_GAMMA = (_f32(1.0208116471767425537109375e-01), _f32(4.2920666933059692382812500e-01),
+             _f32(3.2379078865051269531250000e-01), _f32(5.3971976041793823242187500e-02))
+_EC_DELTA = (_f32(1.7251677811145782470703125e-02), _f32(3.9137163758277893066406250e-01),
+             _f32(1.0000000000000000000000000e+00), _f32(6.2173241376876831054687500e-01),
+             _f32(9.5662862062454223632812500e-02))
+_EC_CLAMP, _F2, _F0 = _f32(11.0), _f32(2.0), _f32(0.0)
+
+
+@_jit
+def erfc32_eigen(a):
+    """Eigen's generic_fast_erfc<float> (unsupported/.../SpecialFunctionsImpl.h, as shipped in
+    the tensorflow wheel; pmadd a multiply then an add, as compiled there): 1 + x S(x^2) for
+    |x| <= 1; exp(-x^2) (the square's exact low part folded in) / x P(1/x^2) / Q(1/x^2) above."""
+    x = _EC_CLAMP if a > _EC_CLAMP else (-_EC_CLAMP if a < -_EC_CLAMP else a)   # NaN stays
+    x = ftz(x)
+    x2 = x * x
+    p = _EC_ALPHA[0]
+    p = p * x2 + _EC_ALPHA[1]
+    p = p * x2 + _EC_ALPHA[2]
+    p = p * x2 + _EC_ALPHA[3]
+    p = p * x2 + _EC_ALPHA[4]
+    p = p * x2 + _EC_ALPHA[5]
+    small = x * p + _F1
+    # x*x's rounding error, exactly (a float32 square is exact in float64)
+    lo = _f32(np.float64(x) * np.float64(x) - np.float64(x2))
+    e = exp32(-x2)
+    z = e - ftz(e * lo)   # flushed as under TensorFlow's FTZ (whether or not this loop runs so)
+    q2 = _F1 / x2
+    num = ((_EC_GAMMA[0] * q2 + _EC_GAMMA[1]) * q2 + _EC_GAMMA[2]) * q2 + _EC_GAMMA[3]
+    den = (((_EC_DELTA[0] * q2 + _EC_DELTA[1]) * q2 + _EC_DELTA[2]) * q2 + _EC_DELTA[3]) * q2 \
+        + _EC_DELTA[4]
+    r = num / (x * den)
+    large = ftz(z * r) + (_F2 if x < _F0 else _F0)
+    return large if _F1 < x2 else small
 
 
 # Each v* helper: for float32 the SIMD version above (Eigen's algorithm in float32 for exp, tanh,
