@@ -206,3 +206,30 @@ class _Off:
 
     def __exit__(self, *a):
         return False
+
+
+def test_a_forked_child_runs_split_loops_with_a_helper_of_its_own(tf):
+    """The helper thread does not survive a fork: a child that runs a split loop after its parent
+    did starts its own (it would otherwise wait forever on the parent's)."""
+    import os
+    f = tf.function(_lstm(tf))
+    x = tf.constant(_xs())
+    want = _ours(tf, f, x)   # the parent's helper runs
+    assert loop_split._helper["thread"] is not None
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # pragma: no cover - the child reports through the pipe
+        ok = b"0"
+        try:
+            sp = loop_split._helper["thread"] is None
+            a = np.zeros((B, U), np.float32)
+            res = loop_split._both(lambda p, v: v + p, ((0, a), (1, a)))
+            ok = b"1" if sp and res[1][0, 0] == 1 and loop_split._helper["thread"] is not None else b"0"
+        finally:
+            os.write(w, ok)
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.waitpid(pid, 0)
+    assert got == b"1"
+    np.testing.assert_array_equal(_ours(tf, f, x)[0], want[0])

@@ -30,6 +30,7 @@ a multi-worker host): the same two half loops run either way, so the results do 
 the thread count.
 """
 import collections
+import os
 import queue
 import threading
 
@@ -567,6 +568,18 @@ class Rows:
 _helper = {"thread": None, "jobs": queue.SimpleQueue(), "done": queue.SimpleQueue()}
 _helper_lock = threading.Lock()   # one pair of halves at a time on the helper
 _start_lock = threading.Lock()
+
+
+def _after_fork():
+    """A forked child has no helper thread (only the forking thread survives a fork): it starts
+    its own, with fresh queues and locks, at its first split loop."""
+    global _helper_lock, _start_lock
+    _helper.update(thread=None, jobs=queue.SimpleQueue(), done=queue.SimpleQueue())
+    _helper_lock, _start_lock = threading.Lock(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _work():
