@@ -200,6 +200,32 @@ def test_outputs_of_a_narrower_compute_dtype_compared_at_its_tolerance():
         assert (narrow[0]["verdict"] == "ok") == narrow_ok, narrow
 
 
+def test_an_output_outside_the_tolerance_is_ok_within_stocks_own_spread():
+    """numerics.within_spread: ours as far from stock eager as stock's XLA run is (a GEMM chain
+    summed in another order) passes; ours far beyond that spread does not; without another stock
+    execution there is no spread to judge by."""
+    from tf_backend.ab import compare
+
+    class Arm:
+        def __init__(self, out):
+            self.outputs = [np.asarray(out, np.float32)]
+
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal(4096).astype(np.float32)
+    ref[7] = 1e-3   # an element that cancels towards zero: its relative error is large
+    noise = np.zeros(4096, np.float32)
+    noise[7] = 5e-4
+    xla = ref + noise
+    for ours, ok in ((ref - noise, True), (ref + 40 * noise, False)):
+        arms = {"stock_eager": Arm(ref), "stock_xla": Arm(xla), "ours_eager": Arm(ours)}
+        (row,) = [r for r in compare.output_rows(arms) if r["arm"] == "ours_eager"]
+        assert (row["verdict"] == "ok") == ok, row
+        assert row["spread"] is not None and row["spread"]["ok"] == ok
+    (row,) = [r for r in compare.output_rows({"stock_eager": Arm(ref), "ours_eager": Arm(ref - noise)})
+              if r["arm"] == "ours_eager"]
+    assert row["verdict"] == "mismatch" and row["spread"] is None
+
+
 def test_usage_errors(capsys):
     for argv in (["ab"] + FAST, ["ab", "--model", "small_mlp", "--callable", "m:f"]):
         with pytest.raises(SystemExit) as e:

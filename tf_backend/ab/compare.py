@@ -50,11 +50,34 @@ def output_rows(arms_by_name, reduction_len=4096, compute_dtype=None):
             continue
         for i, (o, f) in enumerate(zip(a.outputs, r.outputs)):
             detail = numerics.compare(o, f, "reduction", reduction_len, **tol)
+            spread = None
+            if detail is not None and role == "backend" and not tol:
+                spread = _stock_spread(arms_by_name, ref, i, o, f, reduction_len)
+                if spread is not None and spread["ok"]:
+                    detail = None
             numeric = o.dtype.kind in "fciub" and o.shape == f.shape
             abs_err, rel_err = numerics.max_errors(o, f) if numeric else (None, None)
             rows.append({"kind": "output", "arm": arm, "reference": ref, "role": role,
                          "output": i, "shape": list(f.shape), "dtype": f.dtype.name,
                          "max_abs": abs_err, "max_rel": rel_err, "max_ulp": max_ulp(o, f),
                          "reduction_len": reduction_len, "compute_dtype": compute_dtype,
-                         "verdict": "ok" if detail is None else "mismatch", "detail": detail})
+                         "verdict": "ok" if detail is None else "mismatch", "detail": detail,
+                         "spread": spread})
     return rows
+
+
+def _stock_spread(arms_by_name, ref, i, o, f, reduction_len):
+    """A backend output outside the tolerance is still within the contract when it lies within
+    stock's own spread: as far from stock as stock's other executions of the same call (XLA,
+    eager vs tf.function) are, times numerics.SPREAD_K (a 3-GEMM chain at K=512: XLA and ours
+    both 7e-5 off stock's oneDNN on an element that cancels to 0.089). None without another
+    stock execution to measure the spread by."""
+    alts = []
+    for name in ("stock_eager", "stock_function", "stock_xla"):
+        arm = arms_by_name.get(name)
+        if name != ref and arm is not None and arm.outputs is not None and len(arm.outputs) > i:
+            alts.append(arm.outputs[i])
+    if not alts or not (np.asarray(f).dtype.kind == "f" and np.shape(o) == np.shape(f)):
+        return None
+    ok, dist, bound = numerics.within_spread(o, f, alts, "reduction", reduction_len)
+    return {"ok": bool(ok), "distance": dist, "bound": bound}
