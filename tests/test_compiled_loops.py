@@ -180,6 +180,27 @@ def test_background_compile_interprets_until_ready(tf, monkeypatch):
     assert list(loops.values())[0]["compiled"], loops
 
 
+def test_a_loop_on_numbas_disk_cache_runs_compiled_from_its_first_call(tf, monkeypatch):
+    """In "async" mode a loop whose machine code an earlier process (or run) left on disk is
+    loaded at its first call, not interpreted while a background thread loads it."""
+    @tf.function
+    def f(x):
+        return tf.while_loop(lambda i, s: i < 7, lambda i, s: (i + 1, tf.tanh(s) * 1.5 - 0.1),
+                             (0, x))[1]
+
+    x = tf.constant([0.5, -0.25, 2.0, 0.0])
+    stock = f(x).numpy()
+    _run(tf, f, x)   # sync (conftest): compiles it, numba caches it on disk
+    monkeypatch.setattr(executor, "LOOP_COMPILE", "async")
+    functions.clear_cache()
+    with tf_backend.enabled():
+        waits = executor.compile_waits()
+        first = f(x).numpy()
+        assert executor.compile_waits() == waits   # nothing interpreted meanwhile
+        assert executor.compiles_pending() == 0
+    np.testing.assert_allclose(first, stock, rtol=1e-6)
+
+
 def test_small_node_region_compiles_and_matches_stock(tf):
     """A run of small nodes (compile_regions) is one compiled call: stock's result, and the
     ledger names the region."""

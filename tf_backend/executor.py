@@ -743,6 +743,8 @@ def _call_compiled(node, got, args):
     on the first call in "async" mode), it does not compile, or it raised (with FTZ/DAZ set:
     MXCSR is restored; the interpreter then runs the node and raises TensorFlow's error)."""
     loops = _library("loops")
+    if got.state == "new" and LOOP_COMPILE == "async" and _cached(loops, got, args):
+        got.state = "ready"   # an earlier process compiled it: this call loads it from disk
     if got.state == "new" and LOOP_COMPILE == "async":
         got.state = "compiling"
         _waits[0] += 1
@@ -765,6 +767,19 @@ def _call_compiled(node, got, args):
         got.ran = True
         ledger.loop_compiled(node.name, len(got.src), None, time.perf_counter() - t0)
     return res
+
+
+def _cached(loops, got, args):
+    """Whether numba's disk cache holds the function for these arguments: its first call then
+    loads it (milliseconds) instead of the interpreter running the loop or region while a
+    background thread does (a recurrent layer's 40 iterations interpreted: tens of ms)."""
+    full = tuple(args) + tuple(got.consts)
+    types = getattr(got.fn, "arg_types", None)   # a loop run by halves types its own
+    try:
+        sig = types(full) if types is not None else tuple(numba.typeof(a) for a in full)
+    except Exception:  # noqa: BLE001 - an argument numba cannot type: the slow path decides
+        return False
+    return loops.cached(got.fn, sig)
 
 
 def _array_arg(v, t):
