@@ -43,3 +43,21 @@ class Loop:
 
     def __init__(self, name, vars, cond, body):
         self.name, self.vars, self.cond, self.body = name, list(vars), cond, body
+
+
+class Webs:
+    """Union-find over hashable keys (list values that share a buffer, through list ops, aliases
+    and loop variables)."""
+    __slots__ = ("parent",)
+
+    def __init__(self):
+        self.parent = {}
+
+    def find(self, x):
+        parent = self.parent
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    def union(self, a, b):
+        self.parent[self.find(a)] = self.find(b)

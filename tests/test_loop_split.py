@@ -1,6 +1,8 @@
 """Compiled loops split by rows (kernels/cpu/loop_split.py): a recurrent loop whose steps keep
 batch rows apart runs as two half-batch loops; results against stock, against the same loop run
 whole, at one thread and at two; loops that mix rows run whole; errors inside a half."""
+import contextlib
+
 import numba
 import numpy as np
 import pytest
@@ -185,7 +187,7 @@ def test_keras_recurrent_training_step_by_rows_matches_stock(tf, monkeypatch):
                                           keras.losses.BinaryCrossentropy(from_logits=True)))
         functions.clear_cache()
         losses = []
-        with tf_backend.enabled() if enable else _Off():
+        with tf_backend.enabled() if enable else contextlib.nullcontext():
             for _ in range(3):
                 losses.append(float(step(x, y)))
         return losses, [v.numpy() for v in model.trainable_variables]
@@ -198,14 +200,6 @@ def test_keras_recurrent_training_step_by_rows_matches_stock(tf, monkeypatch):
     grads = [p for name, p in plans if "while_grad" in name]
     assert grads and all(p is not None and loop_split.PARTIAL in p for p in grads), plans
     assert all(p is not None for name, p in plans), plans
-
-
-class _Off:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def test_a_forked_child_runs_split_loops_with_a_helper_of_its_own(tf):

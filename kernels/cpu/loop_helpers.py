@@ -153,11 +153,4 @@ def put_item(buf, i, v, add):
 def put_rows(buf, i, p, v, add):
     """put_item into half p of item i of a list split by rows (kernels/cpu/loop_split.py): the
     buffer is [capacity, 2, *half item], each half's rows written by its own thread."""
-    row = buf.reshape((buf.shape[0] * 2, -1))[i * 2 + p]
-    vf = v.reshape(-1)
-    if add:
-        for k in range(vf.size):
-            row[k] += vf[k]
-    else:
-        for k in range(vf.size):
-            row[k] = vf[k]
+    put_item(buf.reshape((buf.shape[0] * 2, -1)), i * 2 + p, v, add)

@@ -10,20 +10,24 @@ loops. Run by rows, each core runs the whole loop on its half, its products and 
 elementwise ops alike, where the unsplit loop ran only its products two at a time (one per
 core, `loop_helpers.mm2_*`) and its gates on one core.
 
-`plan(loop)` decides, from the loop as data, which values are split (their first axis, or
-their items' first axis for lists, is the batch) and which are the same in both halves (loop
-counters, weights, constants). The rules are per step kind: an elementwise op is split where an
-input is, every split input having the batch as its first axis and every other input broadcast
-along it; a product `a @ b` where `a` is split, not transposed, and `b` is not; a reshape that
-keeps the batch first; a reduction over other axes; list reads and writes with split items;
-a data movement op (slice, split, concat, ...) where its index map, computed by our kernel at
-full and at half batch, maps each half's rows onto that half's rows the same way. Anything
-else that reads a split value declines the split (the loop then runs whole, as before), and
-so does a condition that depends on a split value.
+`plan(loop)` decides, from the loop as data, what each value is in the two halves: WHOLE (the
+same in both: counters, weights, constants), ROWS (its first axis, or its items' first axis for
+a list, is the batch) or PARTIAL (a sum over the batch, as a backward loop accumulates a
+weight's gradient x^T @ dz: each half sums its own rows, the halves' sums are added after the
+loop). The rules are per step kind: an elementwise op is ROWS where an input is, every ROWS
+input having the batch first and every other input broadcast along it; a product of ROWS by
+WHOLE (not transposed) is ROWS, of ROWS by ROWS over the batch PARTIAL; a reshape keeping the
+batch first; a reduction over other axes (over the batch: PARTIAL); adds and copies of partial
+sums; list reads and writes with items of the list's kind; a data movement op (slice, split,
+concat, ...) where its index map, computed by our kernel at full and at half batch, maps each
+half's rows onto that half's rows the same way. Anything else that reads a split value
+declines the split (the loop then runs whole, as before), and so does a condition that depends
+on one.
 
 `halved(loop, plan)` is the same loop at half the batch: the code generator
-(kernels/cpu/loops.py) writes it as it writes any loop, with its products one at a time.
-`Rows` runs it: halves of the inputs (row views of arrays; list buffers copied by halves),
+(kernels/cpu/loops.py) writes it as it writes any loop, with its products one at a time, as
+`loop_fn(p, ...)`. `Rows` runs it: row views of ROWS arrays, ROWS lists as one buffer both
+halves write ([capacity, 2, B/2, ...]: no copies in or out), half 1's accumulators from zero;
 one half on a helper thread and one on the caller's, then the results joined. The halves run
 one after the other where numba's thread count on the calling thread is one (a thread budget,
 a multi-worker host): the same two half loops run either way, so the results do not depend on
@@ -37,7 +41,7 @@ import threading
 import numpy as np
 
 import kernels
-from kernels.regions import Loop, Region, Step
+from kernels.regions import Loop, Region, Step, Webs
 
 
 # what a value is in the two halves
@@ -427,15 +431,8 @@ def write_only(loop, split):
     """{region id: slots} of whole lists the loop writes but never reads items of (the weights
     a forward loop pushes for its gradient, once an iteration): half 0 writes them, half 1 only
     counts (both would write the same values), and the two share one buffer."""
-    parent = {}
-
-    def find(x):
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
-
-    def union(a, b):
-        parent[find(a)] = find(b)
+    webs = Webs()
+    find, union = webs.find, webs.union
 
     read = set()
     regions = (loop.cond, loop.body)

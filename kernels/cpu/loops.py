@@ -41,7 +41,7 @@ from kernels.cpu import fusion, gemm, loop_split
 from kernels.cpu.loop_helpers import csr_get, csr_set  # noqa: F401 - the caller's restore
 from kernels.cpu.scalar import HW_FLUSH
 from kernels.elementwise_table import TABLE
-from kernels.regions import Ineligible, Step
+from kernels.regions import Ineligible, Step, Webs
 
 
 LIST_OPS = {"TensorListGetItem", "TensorListSetItem", "TensorListPushBack", "TensorListPopBack",
@@ -765,13 +765,8 @@ _WRITERS = {"TensorListSetItem", "TensorListPushBack", "AddN"}
 
 def _written_webs(region):
     """List slots sharing a buffer with one that a step writes into."""
-    parent = {}
-
-    def find(x):
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
-
+    webs = Webs()
+    find = webs.find
     writes = set()
     for s in region.steps:
         if s.op in LIST_OPS or (s.op in ("AddN",) and region.types.get(s.outputs[0],
@@ -779,15 +774,15 @@ def _written_webs(region):
             lists_in = [x for x in s.inputs if region.types.get(x, ("a",))[0] == "l"]
             lists_out = [x for x in s.outputs if region.types.get(x, ("a",))[0] == "l"]
             for x in lists_in + lists_out:
-                parent[find(x)] = find((lists_in + lists_out)[0])
+                webs.union(x, (lists_in + lists_out)[0])
             if s.op in _WRITERS:
                 writes.update(lists_out)
         elif s.kind == "alias":
             for x, o in zip(s.inputs, s.outputs):
-                parent[find(o)] = find(x)
+                webs.union(o, x)
     roots = {find(x) for x in writes}
     # a loop variable's buffer is written in a later iteration too: every web it joins
-    out = {x for x in list(parent) if find(x) in roots}
+    out = {x for x in list(webs.parent) if find(x) in roots}
     return out
 
 

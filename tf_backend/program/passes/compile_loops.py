@@ -11,7 +11,7 @@ a slot without a static shape keeps the loop interpreted.
 """
 import numpy as np
 
-from kernels.regions import Ineligible, Loop, Region, Step
+from kernels.regions import Ineligible, Loop, Region, Step, Webs
 
 ITEM_IN = {"TensorListSetItem": 2, "TensorListPushBack": 1}     # op -> item input position
 ITEM_OUT = {"TensorListGetItem": 0, "TensorListPopBack": 1}     # op -> item output position
@@ -44,15 +44,8 @@ def _array_type(spec, where):
 def _list_webs(cond, body, n_vars):
     """Element (dtype, shape) of each list slot: ("c"|"b", slot) and ("v", k) for loop
     variables, from the list ops' items and attrs, joined through ops and loop variables."""
-    parent = {}
-
-    def find(x):
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
-
-    def union(a, b):
-        parent[find(a)] = find(b)
+    webs = Webs()
+    find, union = webs.find, webs.union
 
     info = {}
     notes = []   # applied once every union is made (a root changes as webs join)
