@@ -507,33 +507,42 @@ class Rows:
     def __init__(self, fn, var_types, split, B, written, half_types=None):
         self._fn = fn
         self._B, self._H = B, B // 2
-        self._args = []   # per argument of a variable: (kind, split, written)
         if half_types is not None:   # lists only half 0 writes: one buffer for both
             written = [w and not (len(h) > 3 and h[3] == "first")
                        for w, h in zip(written, half_types)]
+        # the arguments each half gets otherwise than the whole loop's, by what they are:
+        # positions in the argument list (a list is its buffer, then its length)
+        self._rows_a, self._part_a, self._rows_l, self._own_l = [], [], [], []
+        j = 0
         for t, s, w in zip(var_types, split, written):
-            if t[0] == "l":
-                self._args += [("l", s, w), ("n", s, w)]
-            elif t[0] == "a":
-                self._args.append(("a", s, False))
+            if t[0] == "a":
+                {ROWS: self._rows_a, PARTIAL: self._part_a}.get(s, []).append(j)
+                j += 1
+            elif t[0] == "l":
+                if s == ROWS:
+                    self._rows_l.append(j)
+                elif w:   # a whole list both halves write: one each
+                    self._own_l.append(j)
+                j += 2
 
     def __getattr__(self, name):
         return getattr(self._fn, name)
 
     def _half(self, args, p):
-        lo, hi = p * self._H, (p + 1) * self._H
+        H = self._H
         out = list(args)
-        for j, (kind, s, w) in enumerate(self._args):
+        for j in self._rows_a:
+            out[j] = args[j][p * H:(p + 1) * H]
+        for j in self._rows_l:
             a = args[j]
-            if kind == "a" and s == ROWS:
-                out[j] = a[lo:hi]
-            elif kind == "a" and s == PARTIAL and p:   # half 1 sums from zero
-                out[j] = np.zeros_like(a)
-            elif kind == "l" and s == ROWS:
-                out[j] = np.ascontiguousarray(a).reshape((a.shape[0], 2, self._H) + a.shape[2:])
-            elif kind == "l" and w and p:   # a whole list both halves write: one each
-                out[j] = a.copy()
-        return [np.int64(p)] + out
+            out[j] = np.ascontiguousarray(a).reshape((a.shape[0], 2, H) + a.shape[2:])
+        if p:
+            for j in self._part_a:   # half 1 sums from zero
+                out[j] = np.zeros_like(args[j])
+            for j in self._own_l:
+                out[j] = args[j].copy()
+        out.insert(0, np.int64(p))
+        return out
 
     def arg_types(self, args):
         """numba's types of the half function's arguments for the whole loop's `args`."""
@@ -546,17 +555,15 @@ class Rows:
         if r0[-1] != r1[-1]:
             raise RuntimeError("split loop: the halves ran different trip counts")
         out = list(r0)
-        for j, (kind, s, _) in enumerate(self._args):
-            if s == WHOLE or kind == "n":
-                continue
-            a, b = r0[j], r1[j]
-            if kind == "a":
-                out[j] = np.concatenate((a, b)) if s == ROWS else np.add(a, b)
-                continue
-            n = int(r0[j + 1])
+        for j in self._rows_a:
+            out[j] = np.concatenate((r0[j], r1[j]))
+        for j in self._part_a:
+            out[j] = np.add(r0[j], r1[j])
+        for j in self._rows_l:
+            a, b, n = r0[j], r1[j], int(r0[j + 1])
             if n != int(r1[j + 1]):
                 raise RuntimeError("split loop: the halves' lists differ in length")
-            if a.ctypes.data != b.ctypes.data:   # a half grew or copied its buffer
+            if not np.may_share_memory(a, b):   # a half grew or copied its buffer
                 a[:n, 1] = b[:n, 1]
             out[j] = a.reshape((a.shape[0], self._B) + a.shape[3:])
         return tuple(out)
