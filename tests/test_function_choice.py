@@ -224,13 +224,34 @@ def test_tensorflows_choice_is_recorded_for_the_next_process(monkeypatch, choice
     assert _probe_stats()["compiled"]
 
 
-def test_our_executors_choice_is_not_recorded(monkeypatch, choice_records):
+def test_our_executors_choice_is_recorded_and_the_next_process_skips_the_trial(
+        monkeypatch, choice_records):
+    """A function our executor won runs on it from the first call in a later process (a
+    cleared cache and a re-read record stand for one): no trial, so none of its calls on
+    TensorFlow (whose first run is its graph optimisation), measured again after
+    CHOICE_RECHECK calls; results stay stock's."""
     from tf_backend import choices
     f, x = _probe()
+    tf_backend.disable()
+    ref = f(x).numpy()
+    tf_backend.enable()
     monkeypatch.setattr(functions, "CHOICE_MARGIN", 1e-9)   # our executor wins
     _calls(f, x, _trial_calls())
     assert _choice("probe")["choice"]["runs"] == "ours"
-    assert not (choice_records / choices.TABLE).exists()
+    table = json.loads((choice_records / choices.TABLE).read_text())
+    assert [v["runs"] for v in table.values()] == ["ours"]
+
+    functions.clear_cache()
+    choices.forget()
+    tf_backend.reset_stats()
+    outs = _calls(f, x, _trial_calls())
+    for o in outs:
+        np.testing.assert_allclose(o, ref, rtol=1e-6)
+    got = _probe_stats()
+    assert got["compiled"] and got["choice"]["recorded"] and got["choice"]["runs"] == "ours"
+    assert (got["calls"], got["fallback_calls"]) == (len(outs), 0)
+    (c,) = [c for k, c in functions._cache.items() if "probe" in k[0]]
+    assert c.program.choice_recheck == functions.CHOICE_RECHECK
 
 
 def test_a_records_key_does_not_depend_on_the_function_counter():

@@ -1,7 +1,9 @@
-"""Function choices kept between processes: when the whole-function trial (functions._choose)
-gives a function to TensorFlow, the choice is written to `<cache dir>/function_choices.json`,
-and the next process that calls the same function skips compiling it, our executor's first
-runs and the trial: TensorFlow runs it from the first call, as in stock.
+"""Function choices kept between processes: the whole-function trial's choice (functions._choose)
+is written to `<cache dir>/function_choices.json`. The next process that calls the same
+function skips the trial: a function TensorFlow won is not compiled at all (TensorFlow runs it
+from the first call, as in stock); one our executor won runs on it from the first call, measured
+again after CHOICE_RECHECK calls as in the process that chose (a trial's first call on
+TensorFlow is its graph optimisation: 0.27 s of a 2.6 s recurrent fit).
 
 Why: a trial costs the program's compile, its first (cold) run and a dozen calls on the slower
 side. On the recurrent classifier of issue 15 (AMD EPYC, 2 cores) that was 0.4-0.8 s of a
@@ -12,8 +14,7 @@ Key: a digest of the function's graph (its GraphDef as text, nested functions in
 renamed in the order the graph reaches them: _canonical), the argument signature (dtypes and
 shapes), the CPU (shape_fns.host.cpu_key), the TensorFlow and NumPy versions and a digest of
 this package's sources (kernels/, shape_fns/, tf_backend/), so a change to our code or another
-machine measures again. Only TensorFlow's choices are kept (our
-executor's are measured again in every process, and again after CHOICE_RECHECK calls).
+machine measures again.
 
 TF_BACKEND_FUNCTION_CHOICE: "measure" (default) reads and writes the records; "remeasure"
 ignores them and writes what it measures; "off" neither (every function on our executor).
@@ -119,13 +120,14 @@ def recorded(k):
         return _table.value().get(k)
 
 
-def record(k, ours_s, tensorflow_s):
-    """Keep TensorFlow's choice for key `k` (an unwritable cache directory is not an error).
+def record(k, ours_s, tensorflow_s, runs="tensorflow"):
+    """Keep the choice `runs` for key `k` (an unwritable cache directory is not an error).
     The file is read again first, so what other processes recorded meanwhile stays."""
     with _lock:
         _table.forget()
         t = _table.value()
-        t[k] = {"runs": "tensorflow", "ours_ms": round(ours_s * 1e3, 4),
+        t.pop(k, None)   # the newest last (the oldest are dropped beyond MAX_ENTRIES)
+        t[k] = {"runs": runs, "ours_ms": round(ours_s * 1e3, 4),
                 "tensorflow_ms": round(tensorflow_s * 1e3, 4)}
         while len(t) > MAX_ENTRIES:
             t.pop(next(iter(t)))

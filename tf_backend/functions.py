@@ -336,7 +336,8 @@ RECORDED = "recorded_choice"   # Compiled.reason of a function an earlier proces
 def _recorded_or_compiled(name, graph, device, args):
     """A Compiled with no program when an earlier process measured TensorFlow faster on this
     function (choices.py): TensorFlow runs it from its first call, nothing compiled. Else the
-    function compiled, holding the record's key when it was worked out for the lookup."""
+    function compiled, holding the record's key when it was worked out for the lookup, and
+    chosen for our executor without a trial where an earlier process measured that."""
     k = None
     if (CHOICE == "measure" and dispatch.mode == "on" and device is None and not trace.ON
             and choices.any_recorded()):
@@ -347,23 +348,33 @@ def _recorded_or_compiled(name, graph, device, args):
             ledger.function_choice(name, "tensorflow", got["ours_ms"] / 1e3,
                                    got["tensorflow_ms"] / 1e3, 0, recorded=True)
             return Compiled(name, reason=RECORDED)
+    else:
+        got = None
     c = compile_function(name, graph, device)
     c.choice_key = k
+    if got is not None and got.get("runs") == "ours" and c.program is not None:
+        # our executor won in an earlier process: no trial now, measured again after
+        # CHOICE_RECHECK calls (as after a choice made here)
+        p = c.program
+        p.choice, p.choice_rounds, p.choice_calls = "ours", 1, 0
+        p.choice_recheck = CHOICE_RECHECK if CHOICE_ROUNDS > 1 else float("inf")
+        ledger.function_choice(name, "ours", got["ours_ms"] / 1e3, got["tensorflow_ms"] / 1e3,
+                               0, recorded=True)
     return c
 
 
 def _keep(c, prog, trial, args):
-    """After a trial step: TensorFlow's choice of a function of static shapes (or one whose
-    data comes from its prologue: the choice is the function's) is recorded for later
-    processes (choices.py)."""
-    if (prog.choice != "tensorflow" or (c.dynamic and not c.prologue) or c.graph is None or _has_collectives(prog)
-            or CHOICE not in MEASURING):
+    """After a trial step: the choice of a function of static shapes (or one whose data comes
+    from its prologue: the choice is the function's) is recorded for later processes
+    (choices.py); TensorFlow's once confirmed (CHOICE_CONFIRM_TENSORFLOW), as it is final."""
+    if (prog.choice not in ("tensorflow", "ours") or (c.dynamic and not c.prologue)
+            or c.graph is None or _has_collectives(prog) or CHOICE not in MEASURING):
         return
     if c.choice_key is None:
         c.choice_key = choices.key(c.graph, args) or ""
     if c.choice_key:
         choices.record(c.choice_key, float(np.median(trial["ours"])),
-                       float(np.median(trial["tensorflow"])))
+                       float(np.median(trial["tensorflow"])), prog.choice)
 
 
 CHOICE_MAX_CALLS = 60
