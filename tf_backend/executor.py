@@ -743,16 +743,18 @@ def _call_compiled(node, got, args):
     on the first call in "async" mode), it does not compile, or it raised (with FTZ/DAZ set:
     MXCSR is restored; the interpreter then runs the node and raises TensorFlow's error)."""
     loops = _library("loops")
-    if got.state == "new" and LOOP_COMPILE == "async" and _cached(loops, got, args):
-        got.state = "ready"   # an earlier process compiled it: this call loads it from disk
     if got.state == "new" and LOOP_COMPILE == "async":
-        got.state = "compiling"
-        _waits[0] += 1
-        with _pending_lock:
-            _pending[0] += 1
-        threading.Thread(target=_compile_loop, args=(node, got, tuple(args) + tuple(
-            got.consts)), daemon=True, name="tf_backend-loop-compile").start()
-        return None
+        full = tuple(args) + tuple(got.consts)
+        if _cached(loops, got, full):
+            got.state = "ready"   # an earlier process compiled it: this call loads it from disk
+        else:
+            got.state = "compiling"
+            _waits[0] += 1
+            with _pending_lock:
+                _pending[0] += 1
+            threading.Thread(target=_compile_loop, args=(node, got, full), daemon=True,
+                             name="tf_backend-loop-compile").start()
+            return None
     t0 = time.perf_counter()
     csr = loops.csr_get() if loops.HW_FLUSH else None
     try:
@@ -769,14 +771,19 @@ def _call_compiled(node, got, args):
     return res
 
 
-def _cached(loops, got, args):
+def _signature(got, full):
+    """numba's signature of the function for its arguments (constants included); a loop run
+    by halves (kernels/cpu/loop_split.Rows) types its own."""
+    types = getattr(got.fn, "arg_types", None)
+    return types(full) if types is not None else tuple(numba.typeof(a) for a in full)
+
+
+def _cached(loops, got, full):
     """Whether numba's disk cache holds the function for these arguments: its first call then
     loads it (milliseconds) instead of the interpreter running the loop or region while a
     background thread does (a recurrent layer's 40 iterations interpreted: tens of ms)."""
-    full = tuple(args) + tuple(got.consts)
-    types = getattr(got.fn, "arg_types", None)   # a loop run by halves types its own
     try:
-        sig = types(full) if types is not None else tuple(numba.typeof(a) for a in full)
+        sig = _signature(got, full)
     except Exception:  # noqa: BLE001 - an argument numba cannot type: the slow path decides
         return False
     return loops.cached(got.fn, sig)
@@ -892,9 +899,7 @@ def _compile_loop_body(node, got, args):
     loops = _library("loops")
     t0 = time.perf_counter()
     try:
-        # a function run by halves (kernels/cpu/loop_split.Rows) types its own arguments
-        types = getattr(got.fn, "arg_types", None)
-        sig = types(args) if types is not None else tuple(numba.typeof(a) for a in args)
+        sig = _signature(got, args)
         if not loops.compile_elsewhere(got.fn, sig, kind=_what(node)):   # a child process; else here
             got.fn.compile(sig)
     except Exception as e:  # noqa: BLE001 - it does not compile: the interpreter keeps it

@@ -338,7 +338,7 @@ def _recorded_or_compiled(name, graph, device, args):
     function (choices.py): TensorFlow runs it from its first call, nothing compiled. Else the
     function compiled, holding the record's key when it was worked out for the lookup, and
     chosen for our executor without a trial where an earlier process measured that."""
-    k = None
+    k = got = None
     if (CHOICE == "measure" and dispatch.mode == "on" and device is None and not trace.ON
             and choices.any_recorded()):
         k = choices.key(graph, args) or ""
@@ -348,8 +348,6 @@ def _recorded_or_compiled(name, graph, device, args):
             ledger.function_choice(name, "tensorflow", got["ours_ms"] / 1e3,
                                    got["tensorflow_ms"] / 1e3, 0, recorded=True)
             return Compiled(name, reason=RECORDED)
-    else:
-        got = None
     c = compile_function(name, graph, device)
     c.choice_key = k
     if got is not None and got.get("runs") == "ours" and c.program is not None:
@@ -357,7 +355,7 @@ def _recorded_or_compiled(name, graph, device, args):
         # CHOICE_RECHECK calls (as after a choice made here)
         p = c.program
         p.choice, p.choice_rounds, p.choice_calls = "ours", 1, 0
-        p.choice_recheck = CHOICE_RECHECK if CHOICE_ROUNDS > 1 else float("inf")
+        p.choice_recheck = _recheck_after(1, False)
         ledger.function_choice(name, "ours", got["ours_ms"] / 1e3, got["tensorflow_ms"] / 1e3,
                                0, recorded=True)
     return c
@@ -442,13 +440,18 @@ def _choose(prog, name, trial):
                    * mo else "ours")
     prog.choice_rounds += 1
     prog.choice_calls = 0
-    prog.choice_recheck = (CHOICE_RECHECK * 10 ** (prog.choice_rounds - 1)
-                           if prog.choice_rounds < CHOICE_ROUNDS and not collective
-                           else float("inf"))
+    prog.choice_recheck = _recheck_after(prog.choice_rounds, collective)
     ledger.function_choice(name, prog.choice, mo, mt, prog.choice_rounds)
     if (prog.choice == "tensorflow" and not collective
             and prog.choice_rounds < CHOICE_CONFIRM_TENSORFLOW):
         _retrial(prog)
+
+
+def _recheck_after(rounds, collective):
+    """Calls after `rounds` trials at which a function is measured again."""
+    if rounds < CHOICE_ROUNDS and not collective:
+        return CHOICE_RECHECK * 10 ** (rounds - 1)
+    return float("inf")
 
 
 def _has_collectives(prog):

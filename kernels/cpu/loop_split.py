@@ -267,12 +267,15 @@ def _kernel_step(st, L, mark, elementwise, region, B, index_map, origin):
     types = region.types
     op = st.op
     ins = [L(s) for s in st.inputs]
-    if op == "MatMul" and ins[1] == ROWS and st.inputs[1] in origin and not (
-            ins[0] == ROWS and st.attrs.get("transpose_a") and not st.attrs.get("transpose_b")):
-        # weights a forward loop pushed, a copy an iteration: that list is whole
-        raise _Flip(origin[st.inputs[1]], WHOLE, "a product's right operand from a list")
     if op == "MatMul":
-        mark(st.outputs[0], _product(ins[0], ins[1], st.attrs), st.types[0])
+        try:
+            label = _product(ins[0], ins[1], st.attrs)
+        except NoSplit:
+            if ins[1] == ROWS and st.inputs[1] in origin:
+                # weights a forward loop pushed, a copy an iteration: that list is whole
+                raise _Flip(origin[st.inputs[1]], WHOLE, "a product's right operand from a list")
+            raise
+        mark(st.outputs[0], label, st.types[0])
     elif op in LP.LIST_OPS or (op == "AddN" and st.types[0][0] == "l"):
         if PARTIAL in ins:
             raise NoSplit(f"{op}: a partial sum into a list")
@@ -516,7 +519,10 @@ class Rows:
         j = 0
         for t, s, w in zip(var_types, split, written):
             if t[0] == "a":
-                {ROWS: self._rows_a, PARTIAL: self._part_a}.get(s, []).append(j)
+                if s == ROWS:
+                    self._rows_a.append(j)
+                elif s == PARTIAL:
+                    self._part_a.append(j)
                 j += 1
             elif t[0] == "l":
                 if s == ROWS:
