@@ -156,3 +156,42 @@ def test_enabling_holds_garbage_collection_and_restores_its_state():
         finally:
             gc.enable()
     assert seen == [False, False]
+
+
+_FREEZE_SCRIPT = r"""
+import gc, json, os
+import tensorflow as tf
+frozen = gc.get_freeze_count()
+finalized = []
+class Node:
+    def __del__(self):
+        finalized.append(1)
+a, b = Node(), Node()
+a.other, b.other = b, a          # a cycle of the user's, made after the import
+del a, b
+gc.collect()
+print(json.dumps({"frozen": frozen, "finalized": len(finalized),
+                  "on": bool(os.environ.get("TF_BACKEND"))
+                        and "tf_backend.switch" in __import__("sys").modules}))
+"""
+
+
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_startup_freezes_what_the_imports_made(setting):
+    """With TF_BACKEND=1 the objects alive once TensorFlow and the backend are imported go to
+    the collector's permanent generation (later collections, and Python's at exit, do not scan
+    them); a cycle the user makes afterwards is still collected and finalized.
+    TF_BACKEND_GC_FREEZE=0 leaves the collector as it was."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_BACKEND")}
+    env.update(TF_BACKEND="1", TF_CPP_MIN_LOG_LEVEL="3")
+    if setting is not None:
+        env["TF_BACKEND_GC_FREEZE"] = setting
+    r = subprocess.run([sys.executable, "-c", _FREEZE_SCRIPT], capture_output=True, text=True,
+                       env=env, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["on"] and out["finalized"] == 2
+    if setting is None:
+        assert out["frozen"] > 100_000
+    else:
+        assert out["frozen"] == 0
