@@ -30,12 +30,12 @@ def _calls(f, x, n):
 
 
 def _trial_calls(trials=1):
-    """Calls enough to settle a small function and finish `trials` trials (blocks of
-    CHOICE_BLOCK per side, the first call of each untimed; TensorFlow's choice takes
-    CHOICE_CONFIRM_TENSORFLOW trials)."""
+    """Calls enough to settle a small function and finish `trials` trials (the first after
+    CHOICE_AFTER calls on our executor; blocks of CHOICE_BLOCK per side, the first call of
+    each untimed; TensorFlow's choice takes CHOICE_CONFIRM_TENSORFLOW trials)."""
     per_block = functions.CHOICE_BLOCK - 1
     one = 2 * functions.CHOICE_BLOCK * -(-functions.CHOICE_RUNS // per_block) + 2
-    return trials * (one + functions.CHOICE_BLOCK) + 4
+    return functions.CHOICE_AFTER + trials * (one + functions.CHOICE_BLOCK) + 4
 
 
 def _tf_trials():
@@ -62,6 +62,7 @@ def test_the_faster_side_runs_the_function_and_results_stay_stock(measuring, mon
     tf_backend.enable()
     # the measured medians decide: make the other side look slower
     monkeypatch.setattr(functions, "CHOICE_MARGIN", 1e9 if forced == "tensorflow" else 1e-9)
+    tf_backend.reset_stats()   # _choice reads this test's function only
     outs = _calls(choice_probe, x, _tf_trials())
     for o in outs:
         np.testing.assert_allclose(o, ref, rtol=1e-6)
@@ -124,6 +125,17 @@ def test_trial_runs_each_side_in_blocks(measuring, monkeypatch):
     blk = functions.CHOICE_BLOCK
     trial = seen[first:first + 2 * blk]
     assert trial == ["tf"] * blk + ["ours"] * blk
+
+
+def test_a_function_called_a_few_times_runs_on_our_executor_only(measuring, monkeypatch):
+    """No trial before CHOICE_AFTER calls on our executor: Keras' predict of a few batches
+    would pay TensorFlow's first runs of its step beside ours and end before the trial."""
+    probe, x = _probe()
+    seen = _sides(monkeypatch)
+    _calls(probe, x, functions.CHOICE_AFTER)
+    assert seen == ["ours"] * functions.CHOICE_AFTER
+    _calls(probe, x, _trial_calls() - functions.CHOICE_AFTER)
+    assert "tf" in seen and _choice("probe") is not None
 
 
 def test_a_choice_of_ours_is_measured_again(measuring, monkeypatch):

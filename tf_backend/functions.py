@@ -81,6 +81,13 @@ CHOICE_MARGIN_COLLECTIVE = 0.75
 # even where one settled a few calls later: unaligned, each worker timed its executor beside
 # the other's TensorFlow step
 CHOICE_ALIGN_COLLECTIVE = 2 * CHOICE_BLOCK
+# A function's first trial starts after this many calls on our executor: a function called a
+# few times only (Keras' predict or evaluate of a few batches: 8 calls for 512 samples) would
+# otherwise pay TensorFlow's first runs of it (its graph optimisation: 25 ms a call for the
+# recurrent classifier's predict step, against 2-3 ms later) beside ours, and end before its
+# trial does, so that no later process could read a choice either (first predict of the
+# recurrent classifier: 0.37-0.40 s against stock's 0.19-0.21)
+CHOICE_AFTER = 16
 
 # The device tf.function programs run on (tf_backend.enable(device=...)); None: the host CPU
 # path (executor.py, generated drivers). Eager ops run on the host CPU path either way.
@@ -272,6 +279,7 @@ def on_call(atomic_fn, args):
         if ctl.choice_calls >= ctl.choice_recheck and CHOICE in MEASURING:
             _retrial(ctl)
     elif (CHOICE in MEASURING and dispatch.mode == "on" and not trace.ON
+          and (ctl.choice_trial is not None or c.calls > CHOICE_AFTER)
           and _settled(c.last or ctl)):
         if ctl.choice_trial is None and _kernel_state(ctl):
             ctl.choice = "ours"
@@ -375,7 +383,7 @@ def _keep(c, prog, trial, args):
                        float(np.median(trial["tensorflow"])), prog.choice)
 
 
-CHOICE_MAX_CALLS = 60
+CHOICE_MAX_CALLS = 80
 _last = [None]   # the program of the latest call on the host path
 
 
