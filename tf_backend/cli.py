@@ -13,6 +13,10 @@
   tfb doctor [--json]                      versions, start-up file, CPU features, threads, BLAS,
                                            caches, GPU: what a bug report needs (tf_backend/
                                            doctor.py); exit 1 when TF_BACKEND=1 cannot work
+  tfb cache [--prune] [--max-mb N] [--days D]
+                                           the generated kernels' directory: size, modules,
+                                           least recent use; --prune removes what the limits
+                                           allow (kernels/cache_prune.py)
 Exit code: 0, 1 when outputs mismatch or a script fails, 2 on usage errors.
 """
 import argparse
@@ -191,10 +195,36 @@ def cmd_doctor(argv):
     return doctor.main(argv)
 
 
+def cmd_cache(argv):
+    import kernels
+    from kernels import cache_prune
+    p = argparse.ArgumentParser(prog="tfb cache", description="the generated kernels' cache "
+                                "directory (TF_BACKEND_CACHE_DIR): report, prune")
+    p.add_argument("--prune", action="store_true", help="remove modules unused for --days, "
+                   "then the least recently used while over --max-mb (never one used within "
+                   "the last hour)")
+    p.add_argument("--max-mb", type=float, help="size limit (default TF_BACKEND_CACHE_MB, 2048)")
+    p.add_argument("--days", type=float, help="age limit (default TF_BACKEND_CACHE_DAYS, 30)")
+    a = p.parse_args(argv)
+    root = kernels.cache_dir()
+    gs = cache_prune.groups(root)
+    size = sum(g[1] for g in gs.values())
+    now = time.time()
+    oldest = max((now - g[0] for g in gs.values()), default=0.0)
+    print(f"{root}: {len(gs)} modules, {size / 2**20:.1f} MiB, least recent use "
+          f"{oldest / 86400:.1f} days ago")
+    if a.prune:
+        max_bytes = None if a.max_mb is None else int(a.max_mb * 2**20)
+        max_age = None if a.days is None else a.days * 86400
+        n, freed, kept = cache_prune.prune(root, max_bytes, max_age)
+        print(f"pruned {n} modules, {freed / 2**20:.1f} MiB; {kept / 2**20:.1f} MiB kept")
+    return 0
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     cmds = {"ab": cmd_ab, "bench": cmd_bench, "conformance": cmd_conformance,
-            "zoo": cmd_zoo, "doctor": cmd_doctor}
+            "zoo": cmd_zoo, "doctor": cmd_doctor, "cache": cmd_cache}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in cmds:
         sys.stdout.write(__doc__)
         return 0 if not argv or argv[0] in ("-h", "--help") else 2

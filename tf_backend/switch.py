@@ -41,6 +41,7 @@ def enable(mode="on", force=False, device=None):
         _defer_compiles()
         _share_host()
         _register_report()
+        _keep_cache_bounded()
         return True
 
 
@@ -54,6 +55,20 @@ def _defer_compiles():
         c.allow_under(dispatch._outputs.__code__, lambda f: dispatch.mode == "on")
         c.allow_under(executor.execute.__code__,
                       lambda f: dispatch.mode == "on" and executor.may_defer(f))
+
+
+_cache_checked = [False]
+
+
+def _keep_cache_bounded():
+    """Once a process: the generated kernels' directory is pruned in a detached child when
+    the last pruning is a day old (kernels/cache_prune.py)."""
+    if _cache_checked[0]:
+        return
+    _cache_checked[0] = True
+    c = executor._library("cache")
+    if c is not None:
+        c.maybe_start()
 
 
 def _device(device):

@@ -22,7 +22,7 @@ import threading
 import numpy as np
 
 import kernels
-from kernels import kernel
+from kernels import cache_prune, kernel
 from kernels.cpu.half_bits import bits
 from kernels.elementwise_table import TABLE
 from shape_fns import errors
@@ -259,6 +259,7 @@ def import_generated(src, filename, modname):
         os.replace(tmp, path)
     mod = sys.modules.get(modname)
     if mod is None:
+        cache_prune.mark_used(path)
         if sys.dont_write_bytecode:
             _keep_bytecode(path)
         spec = importlib.util.spec_from_file_location(modname, path)

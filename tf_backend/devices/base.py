@@ -109,7 +109,8 @@ class Device:
         exit; choice_stats), "weight_cache" (weight forms kept between calls: stats, clear),
         "compiles" (kernel compiles in the background), "fused_kernels" (bias_relu_product: a
         product with its bias and Relu in one pass, half precision before one rounding;
-        max_pool_grad_relu: MaxPoolGrad and the ReluGrad that reads it)."""
+        max_pool_grad_relu: MaxPoolGrad and the ReluGrad that reads it), "cache" (upkeep of
+        the generated kernels' directory: maybe_start)."""
         return None
 
     def __repr__(self):
