@@ -288,3 +288,48 @@ def test_list_subclass_attrs_take_the_direct_path(backend, tf):
     assert y.shape == (3,)
     s = backend.stats()["ops"]["Squeeze"]
     assert s["backend"] == 2 and s["fallback"] == 0, s
+
+
+def test_numpy_inputs_take_the_direct_path_as_tensorflows_fast_path_converts_them(tf, monkeypatch):
+    """numpy arrays and scalars as op inputs (tf.transpose's default perm is one) convert on
+    our direct path as TensorFlow's fast path converts them: cast to the type attr's dtype
+    already known (a tensor input, an earlier input, the attr's default), unsafe casts too,
+    else their own dtype; never aliasing the caller's array. Results and dtypes are stock's."""
+    from tf_backend import fastpath
+    x = tf.constant(np.arange(6, dtype=np.float32).reshape(2, 3))
+    cases = [
+        lambda: tf.transpose(x),
+        lambda: tf.reshape(x, np.array([3, 2], np.int64)),     # Tshape's default: int32
+        lambda: tf.reshape(x, np.array([3.0, 2.0])),            # forced to int32
+        lambda: tf.add(x, np.array([1.5, 2.5, 3.25], np.float64)),
+        lambda: tf.add(np.array([1, 2], np.int64), np.array([3, 4], np.int64)),
+        lambda: tf.maximum(x, np.float32(2.5)),
+        lambda: tf.maximum(x, np.float64(2.5)),
+        lambda: tf.tile(x, np.array([2, 1])),
+        lambda: tf.reduce_sum(x, axis=np.int64(1)),
+        lambda: tf.add(np.array([250], np.uint8), np.array([10], np.uint8)),
+        lambda: tf.add(tf.constant([1.0], tf.float16), np.array([1e6])),
+    ]
+
+    def run():
+        with np.errstate(over="ignore"):
+            return [(r.dtype, r.numpy()) for r in (f() for f in cases)]
+
+    tf_backend.disable()
+    want = run()
+    converted = []
+    real = fastpath._convert_numpy
+    monkeypatch.setattr(fastpath, "_convert_numpy",
+                        lambda v, e: converted.append(1) or real(v, e))
+    with tf_backend.enabled():
+        got = run()
+        converted.clear()
+        tf.transpose(x)
+        assert converted   # not TensorFlow's Python fallback (10 us more a call)
+        arr = np.arange(4, dtype=np.float32)
+        view = tf.reshape(arr, np.array([2, 2]))
+        arr[0] = 99.0
+        assert view.numpy()[0, 0] == 0.0
+    for (wd, wv), (gd, gv) in zip(want, got):
+        assert wd == gd
+        np.testing.assert_array_equal(wv, gv)

@@ -168,7 +168,8 @@ def _general(L, args, n_in, nargs, ET):
                 if types.setdefault(type_attr, e) != e:
                     return BOUNCE
             tensors.append(v)
-        elif type(v) in _SCALARS or type(v) is list:
+        elif (type(v) in _SCALARS or type(v) is list or type(v) is np.ndarray
+              or isinstance(v, np.generic)):
             if pending is None:
                 pending = []
             pending.append((len(tensors), j, v))
@@ -179,7 +180,10 @@ def _general(L, args, n_in, nargs, ET):
         for pos, j, v in pending:
             type_attr, fixed = L.inputs[j][0], L.inputs[j][1]
             enum = fixed or types.get(type_attr) or L.defaults.get(type_attr)
-            a = _convert(v, tfa.ENUM_TO_DTYPE.get(enum))
+            if type(v) is np.ndarray or isinstance(v, np.generic):
+                a, enum = _convert_numpy(v, enum)
+            else:
+                a = _convert(v, tfa.ENUM_TO_DTYPE.get(enum))
             if a is None:
                 return BOUNCE
             if type_attr:
@@ -193,6 +197,29 @@ def _general(L, args, n_in, nargs, ET):
 
 
 _INT_BOUNDS = {}
+
+
+def _convert_numpy(v, enum):
+    """(array, dtype enum) for a numpy array or scalar input, as TensorFlow's fast path converts
+    it (pywrap_tensor.cc, ConvertToEagerTensorUncached): cast to the dtype its type attr already
+    has (from a tensor input, an earlier converted input or the attr's default), unsafe casts
+    included (NPY_ARRAY_FORCECAST); with none, its own dtype. Always a C-contiguous copy of
+    ours: a view op's output must not alias the caller's array. (None, None) for what that
+    path does not take this way (strings, objects)."""
+    a = np.asarray(v)
+    if a.dtype.kind not in "biufc":
+        return None, None
+    if enum:
+        dt = tfa.ENUM_TO_DTYPE.get(enum)
+        if dt is None:
+            return None, None
+    else:
+        dt = a.dtype
+        enum = tfa.DTYPE_TO_ENUM.get(dt)
+        if enum is None:
+            return None, None
+    with np.errstate(all="ignore"):
+        return np.array(a, dtype=dt, order="C", copy=True), enum
 
 
 def _convert(v, dt):
