@@ -9,6 +9,9 @@ os.environ.setdefault("TF_BACKEND_LOOP_COMPILE", "sync")
 os.environ.setdefault("TF_BACKEND_KERNEL_COMPILE", "sync")
 # compiled functions stay on our executor (tests/test_function_choice.py covers the choice)
 os.environ.setdefault("TF_BACKEND_FUNCTION_CHOICE", "off")
+# eager view ops (Reshape, Identity...) run on our kernels, which the op table checks against
+# stock (tests/test_interception.py covers handing them to TensorFlow, the default)
+os.environ.setdefault("TF_BACKEND_EAGER_VIEWS", "ours")
 # product kernel choices measured here (two workers loading each other) are not kept on disk
 os.environ.setdefault("TF_BACKEND_GEMM_RECORD", "0")
 

@@ -56,6 +56,28 @@ def trim():
         _pool_bytes = 0
 
 
+def _data_address(buf):
+    return buf.ctypes.data
+
+
+def _first_address(buf):
+    """The data address of a uint8 buffer: a numba function (0.3 us a call against 1 us for
+    `ndarray.ctypes.data`, which builds a ctypes object), made at the first aligned allocation;
+    `.ctypes.data` where numba cannot make it."""
+    global _address
+    try:
+        from numba import njit
+        f = njit(cache=True, nogil=True)(_data_address)
+        f(buf)
+    except Exception:  # noqa: BLE001 - no numba (or it failed): numpy's own way
+        f = _data_address
+    _address = f
+    return f(buf)
+
+
+_address = _first_address
+
+
 def empty(shape, dtype):
     dtype = np.dtype(dtype)
     n = dtype.itemsize
@@ -64,8 +86,9 @@ def empty(shape, dtype):
     if n < SMALL_BYTES:
         return np.empty(shape, dtype)
     buf = _pooled(n + ALIGN) if n >= POOL_MIN else np.empty(n + ALIGN, np.uint8)
-    off = -buf.ctypes.data % ALIGN
-    return buf[off:off + n].view(dtype).reshape(shape)
+    # one ndarray over the buffer at the aligned offset (not a slice, a view and a reshape:
+    # 1.6 -> 0.7 us an 8 KiB output); numpy keeps `buf` as its base either way
+    return np.ndarray(shape, dtype, buf, -_address(buf) % ALIGN)
 
 
 def plan(specs):

@@ -25,7 +25,7 @@ def enable(mode="on", force=False, device=None):
         if not (tfa.is_verified(version) or force or config.env_force()):
             tfa.warn_unverified(version)
             return False
-        dispatch.refresh()
+        dispatch.refresh(mode)
         tfa.forget_devices()
         dispatch.check_input_devices = tfa.gpus_visible()
         dispatch.mode = mode

@@ -19,6 +19,9 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+# eager view ops (Reshape, Squeeze, Split...) on our kernels, so that their calls are recorded
+# (by default TensorFlow's own op runs them: tf_backend/dispatch.py, EAGER_VIEW)
+os.environ.setdefault("TF_BACKEND_EAGER_VIEWS", "ours")
 
 
 def inputs(batch, dtype=np.float32):
