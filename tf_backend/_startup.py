@@ -44,8 +44,8 @@ def _enable_from_env():
     mode = config.env_mode()  # raises ValueError naming the bad value
     if mode != "off":
         from . import enable
-        enable(mode)
-        freeze_imports()
+        if enable(mode):   # not when the backend stays off (an unverified TensorFlow)
+            freeze_imports()
 
 
 def freeze_imports():
