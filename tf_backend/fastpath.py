@@ -211,7 +211,7 @@ def _convert_numpy(v, enum):
         return None, None
     if enum:
         dt = tfa.ENUM_TO_DTYPE.get(enum)
-        if dt is None:
+        if dt is None or (a.dtype.kind == "c" and dt.kind != "c"):   # numpy would warn
             return None, None
     else:
         dt = a.dtype
