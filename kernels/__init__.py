@@ -29,6 +29,28 @@ DEVICE_MODULES = {"cuda": (
 _loaded = set()
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the checkout / site dir
+
+
+def lowest_priority():
+    """preexec_fn of background children: nice 19 (they take only the cores' idle time)."""
+    try:
+        os.nice(19)
+    except OSError:
+        pass
+
+
+def detached_child(module, *args):
+    """Start `python -m module args` at the lowest priority in a session of its own, with no
+    standard streams: work that may outlive this process (a cache's upkeep, compiles handed
+    off at exit)."""
+    import subprocess
+    import sys
+    return subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                            preexec_fn=lowest_priority, start_new_session=True, cwd=ROOT)
+
+
 def cache_dir():
     """Where generated kernels (and autotune's choices) are kept: TF_BACKEND_CACHE_DIR, else
     ~/.cache/tf_backend. Not created here."""

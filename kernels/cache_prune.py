@@ -10,12 +10,15 @@ new set of modules (~90 elementwise modules a set), and a developer's cache reac
 A use is a module's import (elementwise.import_generated marks it: the access time of its .py,
 set explicitly, as its modification time is numba's stamp of the source and must not move).
 `maybe_start()` (enable) runs `prune` in a detached child at the lowest priority at most once a
-day; `tfb cache [--prune]` reports and prunes on demand. No TensorFlow, no numba here.
+day; `tfb cache [--prune]` reports and prunes on demand. No TensorFlow, no numba here (the
+kernels package itself imports numpy only).
 """
 import os
 import subprocess
 import sys
 import time
+
+import kernels
 
 STAMP = "prune.stamp"
 EVERY_S = 24 * 3600
@@ -106,7 +109,6 @@ def maybe_start(root=None):
     """Start a pruning child for `root` (the cache directory) when the last one started a day
     ago or more, or never; True when one started."""
     if root is None:
-        import kernels
         root = kernels.cache_dir()
     stamp = os.path.join(root, STAMP)
     try:
@@ -120,24 +122,10 @@ def maybe_start(root=None):
     try:
         with open(stamp, "w"):
             pass
-        subprocess.Popen([sys.executable, "-m", "kernels.cache_prune", root],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         stdin=subprocess.DEVNULL, preexec_fn=_lowest_priority,
-                         start_new_session=True, cwd=_root())
+        kernels.detached_child("kernels.cache_prune", root)
     except (OSError, subprocess.SubprocessError):
         return False
     return True
-
-
-def _lowest_priority():
-    try:
-        os.nice(19)
-    except OSError:
-        pass
-
-
-def _root():
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 if __name__ == "__main__":

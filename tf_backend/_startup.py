@@ -58,7 +58,7 @@ def freeze_imports():
     user's is alive yet beyond what ran before `import tensorflow`; a cycle among the frozen
     objects that becomes garbage later is never collected. Young garbage is collected first.
     TF_BACKEND_GC_FREEZE=0 leaves the collector alone."""
-    if os.environ.get("TF_BACKEND_GC_FREEZE", "1").strip().lower() in ("0", "off", "false", "no"):
+    if _setting("TF_BACKEND_GC_FREEZE", "1") in _OFF:
         return
     gc.collect(1)
     gc.freeze()
@@ -102,8 +102,15 @@ def install():
     sys.meta_path.insert(0, _EnableAfterTensorFlow())
 
 
+_OFF = ("0", "off", "false", "no")
+
+
+def _setting(name, default):
+    return os.environ.get(name, default).strip().lower()
+
+
 def env_requested():
-    return os.environ.get("TF_BACKEND", "").strip().lower() not in ("", "0", "off", "false", "no")
+    return _setting("TF_BACKEND", "") not in ("", *_OFF)
 
 
 PTH = "tf_backend_startup.pth"

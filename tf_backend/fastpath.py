@@ -168,19 +168,19 @@ def _general(L, args, n_in, nargs, ET):
                 if types.setdefault(type_attr, e) != e:
                     return BOUNCE
             tensors.append(v)
-        elif (type(v) in _SCALARS or type(v) is list or type(v) is np.ndarray
-              or isinstance(v, np.generic)):
+        else:   # a value to convert once every tensor has said what its type attr is
+            numpy_value = type(v) is np.ndarray or isinstance(v, np.generic)
+            if not (numpy_value or type(v) in _SCALARS or type(v) is list):
+                return BOUNCE
             if pending is None:
                 pending = []
-            pending.append((len(tensors), j, v))
+            pending.append((len(tensors), j, v, numpy_value))
             tensors.append(None)
-        else:
-            return BOUNCE
     if pending is not None:
-        for pos, j, v in pending:
+        for pos, j, v, numpy_value in pending:
             type_attr, fixed = L.inputs[j][0], L.inputs[j][1]
             enum = fixed or types.get(type_attr) or L.defaults.get(type_attr)
-            if type(v) is np.ndarray or isinstance(v, np.generic):
+            if numpy_value:
                 a, enum = _convert_numpy(v, enum)
             else:
                 a = _convert(v, tfa.ENUM_TO_DTYPE.get(enum))

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 
+import kernels
 from shape_fns import Unsupported
 
 MODE = os.environ.get("TF_BACKEND_KERNEL_COMPILE", "async")
@@ -221,22 +222,8 @@ def _hand_off():
         fd, path = tempfile.mkstemp(suffix=".kernels.pkl")
         with os.fdopen(fd, "wb") as f:
             pickle.dump(items, f)
-        subprocess.Popen([sys.executable, "-m", "kernels.cpu.deferred", path, "--unlink"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         stdin=subprocess.DEVNULL, preexec_fn=_lowest_priority,
-                         start_new_session=True, cwd=_root())
+        kernels.detached_child("kernels.cpu.deferred", path, "--unlink")
     except (OSError, subprocess.SubprocessError, pickle.PicklingError):
-        pass
-
-
-def _root():
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _lowest_priority():
-    try:
-        os.nice(19)
-    except OSError:
         pass
 
 
@@ -249,7 +236,8 @@ def _child(items):
             pickle.dump(items, f)
         r = subprocess.run([sys.executable, "-m", "kernels.cpu.deferred", path],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                           preexec_fn=_lowest_priority, timeout=1800, cwd=_root())
+                           preexec_fn=kernels.lowest_priority, timeout=1800,
+                           cwd=kernels.ROOT)
         done = set(int(x) for x in r.stdout.split() if x.isdigit())
         return [i in done for i in range(len(items))]
     except (OSError, subprocess.SubprocessError, pickle.PicklingError):
