@@ -122,3 +122,65 @@ def test_a_second_process_compiles_nothing():
     saved = [l for l in second.splitlines() if "data saved" in l]
     assert not saved, saved[:10]
     assert "data loaded" in second   # the check saw numba's cache at work
+
+
+_CACHED_MODULE = '''
+from numba import njit
+
+@njit(cache=True)
+def inc(x):
+    return x + 1.0
+'''
+
+_LOADER = '''
+import sys
+import kernels.cpu  # noqa: F401 - applies the deferred linking bitcode
+import llvmlite.binding as ll
+from numba import njit
+import cachedmod
+
+assert cachedmod.inc(1.0) == 2.0
+lib = cachedmod.inc.overloads[cachedmod.inc.signatures[0]].library
+if sys.argv[1] == "compile":
+    sys.exit(0)
+bitcode = lib.__dict__.get("_tf_backend_linking_bitcode")
+assert bitcode is not None and lib._shared_module is None, "loaded without deferring"
+mod = ll.parse_bitcode(bitcode)
+from_bitcode = {g.name for gs in (mod.functions, mod.global_variables) for g in gs
+                if not g.is_declaration}
+engine = lib.codegen._engine
+assert from_bitcode and all(engine.is_symbol_defined(n) for n in from_bitcode)
+
+
+@njit
+def twice_inc(x):   # compiled here, so it links against the loaded library's bitcode
+    return cachedmod.inc(x) * 2.0
+
+
+assert twice_inc(1.0) == 4.0
+assert lib._shared_module is not None
+print("ok")
+'''
+
+
+def test_cached_functions_load_without_parsing_their_linking_bitcode(tmp_path):
+    """A cached function loads with its symbols read from the object code, runs, and a
+    function compiled later still links against it (the bitcode is parsed then)."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "cachedmod.py").write_text(_CACHED_MODULE)
+    (tmp_path / "loader.py").write_text(_LOADER)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.getcwd()]))
+    for phase in ("compile", "load"):
+        got = subprocess.run([sys.executable, str(tmp_path / "loader.py"), phase], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stdout.strip() == "ok"
+
+
+def test_elf_symbols_of_a_non_elf_object_are_left_to_numba():
+    from kernels.cpu.jit import _elf_defined_symbols
+    assert _elf_defined_symbols(b"\xcf\xfa\xed\xfe" + bytes(60)) is None   # Mach-O
+    assert _elf_defined_symbols(b"") is None

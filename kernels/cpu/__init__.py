@@ -24,3 +24,4 @@ if numba.config.THREADING_LAYER == "default":
 from . import jit as _jit  # noqa: E402
 
 _jit.lock_cache_saves()   # before any kernel is compiled and saved
+_jit.defer_linking_bitcode()   # before any kernel is loaded
