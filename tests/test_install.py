@@ -162,6 +162,10 @@ _FREEZE_SCRIPT = r"""
 import gc, json, os
 import tensorflow as tf
 frozen = gc.get_freeze_count()
+import sys
+jit_ready = "numba.np.arraymath" in sys.modules   # numba's CPU target set up at start-up ...
+jit_frozen = jit_ready and not any(              # ... and its objects frozen with the imports
+    o is sys.modules["numba.np.arraymath"].__dict__ for o in gc.get_objects())
 finalized = []
 class Node:
     def __del__(self):
@@ -170,7 +174,7 @@ a, b = Node(), Node()
 a.other, b.other = b, a          # a cycle of the user's, made after the import
 del a, b
 gc.collect()
-print(json.dumps({"frozen": frozen, "finalized": len(finalized),
+print(json.dumps({"frozen": frozen, "finalized": len(finalized), "jit_frozen": jit_frozen,
                   "on": bool(os.environ.get("TF_BACKEND"))
                         and "tf_backend.switch" in __import__("sys").modules}))
 """
@@ -181,6 +185,7 @@ def test_startup_freezes_what_the_imports_made(setting):
     """With TF_BACKEND=1 the objects alive once TensorFlow and the backend are imported go to
     the collector's permanent generation (later collections, and Python's at exit, do not scan
     them); a cycle the user makes afterwards is still collected and finalized.
+    numba's CPU target is set up before the freeze, its registries frozen with the rest.
     TF_BACKEND_GC_FREEZE=0 leaves the collector as it was."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_BACKEND")}
     env.update(TF_BACKEND="1", TF_CPP_MIN_LOG_LEVEL="3")
@@ -192,6 +197,6 @@ def test_startup_freezes_what_the_imports_made(setting):
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["on"] and out["finalized"] == 2
     if setting is None:
-        assert out["frozen"] > 100_000
+        assert out["frozen"] > 100_000 and out["jit_frozen"]
     else:
-        assert out["frozen"] == 0
+        assert out["frozen"] == 0 and not out["jit_frozen"]

@@ -110,7 +110,8 @@ class Device:
         "compiles" (kernel compiles in the background), "fused_kernels" (bias_relu_product: a
         product with its bias and Relu in one pass, half precision before one rounding;
         max_pool_grad_relu: MaxPoolGrad and the ReluGrad that reads it), "cache" (upkeep of
-        the generated kernels' directory: maybe_start)."""
+        the generated kernels' directory: maybe_start), "jit" (the kernel compiler's own set-up,
+        done once at start-up before the imports are frozen: prepare_target)."""
         return None
 
     def __repr__(self):

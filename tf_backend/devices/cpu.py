@@ -15,7 +15,7 @@ LOAD_PASSES = ("fuse_elementwise", "epilogue", "inplace")
 LIBRARIES = {"fusion": "kernels.cpu.fusion", "loops": "kernels.cpu.loops",
              "blas": "kernels.cpu.gemm", "weight_cache": "kernels.cpu.filter_cache",
              "compiles": "kernels.cpu.deferred", "fused_kernels": "kernels.cpu.fused_kernels",
-             "cache": "kernels.cache_prune"}
+             "cache": "kernels.cache_prune", "jit": "kernels.cpu.jit"}
 
 # The host CPU path (executor.py, its generated drivers, memo nodes) keeps the CPU device's
 # buffers, numpy arrays, next to TensorFlow's tensors in one slot list, and decides in-place
