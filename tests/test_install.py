@@ -159,10 +159,11 @@ def test_enabling_holds_garbage_collection_and_restores_its_state():
 
 
 _FREEZE_SCRIPT = r"""
-import gc, json, os
-import tensorflow as tf
+import gc, json, os, sys
+FIRST
 frozen = gc.get_freeze_count()
-import sys
+keras_frozen = "keras" in sys.modules and not any(   # Keras' own modules frozen too
+    o is sys.modules["keras.src.layers"].__dict__ for o in gc.get_objects())
 jit_ready = "numba.np.arraymath" in sys.modules   # numba's CPU target set up at start-up ...
 jit_frozen = jit_ready and not any(              # ... and its objects frozen with the imports
     o is sys.modules["numba.np.arraymath"].__dict__ for o in gc.get_objects())
@@ -175,28 +176,33 @@ a.other, b.other = b, a          # a cycle of the user's, made after the import
 del a, b
 gc.collect()
 print(json.dumps({"frozen": frozen, "finalized": len(finalized), "jit_frozen": jit_frozen,
+                  "keras_frozen": keras_frozen,
                   "on": bool(os.environ.get("TF_BACKEND"))
                         and "tf_backend.switch" in __import__("sys").modules}))
 """
 
 
-@pytest.mark.parametrize("setting", [None, "0"])
-def test_startup_freezes_what_the_imports_made(setting):
+@pytest.mark.parametrize("setting,first", [(None, "import tensorflow as tf"),
+                                           (None, "import keras"), ("0", "import keras")])
+def test_startup_freezes_what_the_imports_made(setting, first):
     """With TF_BACKEND=1 the objects alive once TensorFlow and the backend are imported go to
     the collector's permanent generation (later collections, and Python's at exit, do not scan
     them); a cycle the user makes afterwards is still collected and finalized.
-    numba's CPU target is set up before the freeze, its registries frozen with the rest.
+    numba's CPU target is set up before the freeze, its registries frozen with the rest; a
+    script that imports Keras first (which imports TensorFlow) is frozen once Keras is done.
     TF_BACKEND_GC_FREEZE=0 leaves the collector as it was."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_BACKEND")}
     env.update(TF_BACKEND="1", TF_CPP_MIN_LOG_LEVEL="3")
     if setting is not None:
         env["TF_BACKEND_GC_FREEZE"] = setting
-    r = subprocess.run([sys.executable, "-c", _FREEZE_SCRIPT], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", _FREEZE_SCRIPT.replace("FIRST", first)],
+                       capture_output=True, text=True,
                        env=env, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["on"] and out["finalized"] == 2
     if setting is None:
         assert out["frozen"] > 100_000 and out["jit_frozen"]
+        assert out["keras_frozen"]   # TensorFlow 2.21 imports Keras itself when first
     else:
-        assert out["frozen"] == 0 and not out["jit_frozen"]
+        assert out["frozen"] == 0 and not out["jit_frozen"] and not out["keras_frozen"]

@@ -13,22 +13,29 @@ _installed = False
 
 
 class _EnableAfterTensorFlow(importlib.abc.MetaPathFinder):
-    """Wraps the real loader of `tensorflow` so that the backend is enabled right after it runs."""
+    """Wraps the real loader of `tensorflow` so that the backend is enabled right after it runs
+    (and that of `keras`, when it comes first, so that the imports are frozen after it)."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != "tensorflow":
+        if fullname not in ("tensorflow", "keras"):
             return None
-        sys.meta_path.remove(self)
+        if fullname == "tensorflow":
+            sys.meta_path.remove(self)
         for finder in sys.meta_path:
+            if finder is self:
+                continue
             find = getattr(finder, "find_spec", None)
             spec = find(fullname, path, target) if find else None
             if spec is not None and spec.loader is not None:
-                _wrap(spec.loader)
+                _wrap(spec.loader, fullname)
                 return spec
         return None
 
 
-def _wrap(loader):
+_keras = {"importing": False, "freeze": False}
+
+
+def _wrap(loader, name):
     exec_module = loader.exec_module
 
     def exec_then_enable(module):
@@ -36,7 +43,20 @@ def _wrap(loader):
         loader.exec_module = exec_module
         _enable_from_env()
 
-    loader.exec_module = exec_then_enable
+    def exec_then_freeze(module):
+        # Keras imports TensorFlow, then its own modules (and matplotlib, rich, ...: ~70K
+        # objects on Keras 3): the imports are frozen once Keras is done
+        _keras["importing"] = True
+        try:
+            exec_module(module)
+        finally:
+            loader.exec_module = exec_module
+            _keras["importing"] = False
+            if _keras["freeze"]:
+                _keras["freeze"] = False
+                freeze_imports()
+
+    loader.exec_module = exec_then_enable if name == "tensorflow" else exec_then_freeze
 
 
 def _enable_from_env():
@@ -45,11 +65,15 @@ def _enable_from_env():
     if mode != "off":
         from . import enable
         if enable(mode):   # not when the backend stays off (an unverified TensorFlow)
-            freeze_imports()
+            if _keras["importing"]:
+                _keras["freeze"] = True   # once Keras, which is importing TensorFlow, is done
+            else:
+                freeze_imports()
 
 
 def freeze_imports():
-    """Move what exists once TensorFlow and the backend are imported (modules, their functions,
+    """Move what exists once TensorFlow and the backend are imported (or Keras, when Keras
+    imports TensorFlow: `import keras` first) (modules, their functions,
     registries: ~350K objects, no garbage among them when measured) to the collector's
     permanent generation, so that no later collection scans them again: every full collection
     of a training script, and the ones Python runs at exit, which with TensorFlow, Keras and
