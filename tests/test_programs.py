@@ -341,10 +341,16 @@ def test_results_identical_single_and_multi_threaded(tf, monkeypatch, splitting_
         assert np.array_equal(o, outs[0])
 
 
+def _only_program():
+    (prog,) = [c.program for c in functions._cache.values() if c.program is not None]
+    return prog
+
+
 def test_concurrency_stays_only_where_it_measures_faster(tf, monkeypatch):
-    """A program with independent heavy nodes runs concurrently and serially in turn for its
-    first calls (the first of each way warms up), then the faster way for good; the ledger's
-    `schedule` says which; the results are the same bits either way."""
+    """A program with independent heavy nodes runs serially for its first SCHEDULE_AFTER calls,
+    then concurrently and serially in turn (the first of each way warms up), then the faster
+    way for good; the ledger's `schedule` says which; the results are the same bits either
+    way."""
     from tf_backend.program.passes import schedule
     monkeypatch.setattr(schedule, "SERIAL_SPLITTING", False)
     functions.clear_cache()
@@ -358,11 +364,13 @@ def test_concurrency_stays_only_where_it_measures_faster(tf, monkeypatch):
     n = 2 * (executor.SCHEDULE_RUNS + 1)
     try:
         with tf_backend.enabled():
-            outs = [np.asarray(two_branch(a, b)) for _ in range(n + 3)]
+            outs = [np.asarray(two_branch(a, b)) for _ in range(executor.SCHEDULE_AFTER)]
+            assert ways == [] and _only_program().schedule_trial == executor.SCHEDULE_AFTER
+            outs += [np.asarray(two_branch(a, b)) for _ in range(n + 3)]
             stats = tf_backend.stats()
     finally:
         executor.set_threads(executor.default_threads())
-    (prog,) = [c.program for c in functions._cache.values() if c.program is not None]
+    prog = _only_program()
     functions.clear_cache()
     assert prog.notes and ways == [True, False] * (executor.SCHEDULE_RUNS + 1), prog.dump()
     assert prog.schedule_trial is False

@@ -474,10 +474,15 @@ def run(prog, args, threads_pool=None, serial=False):
     trial = None
     if concurrent and prog.schedule_trial is not False:   # _schedule_trial: still measuring
         trial = prog.schedule_trial
-        if trial is None:
-            trial = prog.schedule_trial = {True: [], False: []}
-        concurrent = len(trial[True]) <= len(trial[False])   # alternate, concurrent first
-        t_start = time.perf_counter()
+        if type(trial) is not dict:   # None, then the serial runs before the trial
+            if (trial or 0) < SCHEDULE_AFTER:
+                prog.schedule_trial = (trial or 0) + 1
+                concurrent, trial = False, None
+            else:
+                trial = prog.schedule_trial = {True: [], False: []}
+        if trial is not None:
+            concurrent = len(trial[True]) <= len(trial[False])   # alternate, concurrent first
+            t_start = time.perf_counter()
     # numba's count held to one on this thread with one thread in all (set_threads(1),
     # TF_BACKEND_THREADS=1): numba's kernels and the GEMM team too, not only the executor. In a
     # concurrent run only nodes that run beside a heavy node are held to one (_Run.work): held
@@ -524,6 +529,11 @@ def run(prog, args, threads_pool=None, serial=False):
 
 
 SCHEDULE_RUNS = 3   # timed runs per way (the first of each warms up) before the choice
+# A program's first runs are serial, its trial comes after: a function called a few times only
+# (Keras' predict of 1024 images in 4 calls, whose mixed_bfloat16 CNN has a weight cast beside
+# its convolutions) paid the trial's concurrent runs, 1.24x slower than its serial ones there,
+# and never used what the trial found
+SCHEDULE_AFTER = 8
 
 
 def _schedule_trial(prog, trial, concurrent, seconds):

@@ -4,7 +4,7 @@ import math
 import os
 
 from ... import devices
-from ...executor import BLAS_OPS
+from ...executor import BLAS_OPS, VIEW_OPS
 
 # On a small machine a node that already spreads over every core on its own does not gain from
 # running beside another: there it is not heavy for scheduling and runs on the thread that
@@ -58,7 +58,8 @@ def _worth_a_thread(prog, n):
 def run(prog):
     prog.finalize()
     for n in prog.nodes:
-        if n.heavy and not _worth_a_thread(prog, n):
+        # a view (Keras' Flatten: a Reshape of 256x8x8x64) computes nothing
+        if n.heavy and (n.op in VIEW_OPS or not _worth_a_thread(prog, n)):
             n.heavy = False
     heavy_bit = {}
     for n in prog.nodes:
