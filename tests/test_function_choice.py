@@ -290,14 +290,17 @@ def test_a_records_key_does_not_depend_on_the_function_counter():
 
 
 def test_a_multi_worker_step_needs_tensorflow_clearly_faster_and_keeps_its_choice():
-    """A function with collectives is timed on every worker at once, each deciding alone:
-    within CHOICE_MARGIN_COLLECTIVE both keep our executor (workers that chose differently
-    waited for each other), and the choice is final (no re-trial to flip one worker later)."""
+    """A function with collectives is timed on every worker at once; where the workers cannot
+    agree (no all-reduce of constant group to agree through: here its group is an input), each
+    decides alone: within CHOICE_MARGIN_COLLECTIVE both keep our executor (workers that chose
+    differently waited for each other), and the choice is final (no re-trial to flip one worker
+    later). tests/test_multiworker.py has workers agreeing."""
     from types import SimpleNamespace as NS
 
     def prog(op):
-        return NS(nodes=[NS(op="MatMul", subs=()), NS(op=op, subs=())], choice=None,
-                  choice_rounds=0, choice_calls=0, choice_recheck=0)
+        return NS(nodes=[NS(op="MatMul", subs=(), inputs=(0, 1)),
+                         NS(op=op, subs=(), inputs=(2, 3, 4, 5))], consts={}, choice=None,
+                  choice_rounds=0, choice_calls=0, choice_recheck=0, agreement=None)
     close = {"ours": [1.0] * 6, "tensorflow": [0.97] * 6}    # TensorFlow 3% faster
     clear = {"ours": [1.0] * 6, "tensorflow": [0.7] * 6}     # 30% faster
     multi, single = prog("CollectiveReduceV2"), prog("AddV2")
@@ -311,7 +314,7 @@ def test_a_multi_worker_step_needs_tensorflow_clearly_faster_and_keeps_its_choic
     functions._choose(again, "again", clear)
     assert again.choice == "tensorflow"
     nested = NS(nodes=[NS(op="While", subs=(prog("CollectiveGatherV2"),))], choice=None,
-                choice_rounds=0, choice_calls=0, choice_recheck=0)
+                choice_rounds=0, choice_calls=0, choice_recheck=0, agreement=None)
     assert functions._has_collectives(nested)
 
 

@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 WORKER = textwrap.dedent("""
     import json, os, sys
@@ -162,6 +163,77 @@ def test_a_dead_worker_makes_the_other_fail_with_tensorflows_error(tmp_path):
     res = json.loads(line[-1][7:])
     assert res["error"] == "UnavailableError", res
     assert "CollectiveReduceV2" in res["message"]
+
+
+CHOOSING = textwrap.dedent("""
+    import json, os
+    import numpy as np
+    import tensorflow as tf
+    from tf_backend import functions
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    # the workers alone would choose differently: worker 0 times TensorFlow's side slower by
+    # SKEW[0] s, worker 1 ours by SKEW[1] s; the larger decides the sums
+    lag = [float(x) for x in os.environ["SKEW"].split(",")]
+    skew = {"tensorflow": lag[0]} if task == 0 else {"ours": lag[1]}
+    real = functions._trial_step
+    functions._trial_step = lambda prog, name, trial, s: real(
+        prog, name, trial, s + skew.get(trial["side"], 0.0))
+    with strategy.scope():
+        v = tf.Variable(np.linspace(-1, 1, 8, dtype=np.float32).reshape(4, 2))
+
+    @tf.function
+    def step(xb):
+        def replica_fn(xb):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(tf.nn.relu(tf.matmul(xb, v)) ** 2)
+            g = tf.distribute.get_replica_context().all_reduce("sum", tape.gradient(loss, v))
+            v.assign_sub(0.001 * g)
+            return loss
+        return strategy.run(replica_fn, args=(xb,))
+
+    import tf_backend
+    xb = tf.constant(np.random.default_rng(task).standard_normal((5, 4)).astype(np.float32))
+    for i in range(90):
+        step(xb).numpy()
+    (choice,) = [f["choice"] for f in tf_backend.stats()["functions"].values()
+                 if "choice" in f]
+    print("RESULT " + json.dumps({"choice": choice, "v": v.numpy().tolist()}), flush=True)
+""")
+
+
+@pytest.mark.parametrize("skew,runs", [("0.020,0.030", "tensorflow"), ("0.030,0.020", "ours")])
+def test_workers_agree_on_who_runs_a_collective_step(tmp_path, skew, runs):
+    """A step with an all-reduce is measured on every worker at once; at the trial's end the
+    workers all-reduce their medians and all take the choice the sums give (though each alone
+    would have chosen otherwise), and go on running it."""
+    script = tmp_path / "choosing.py"
+    script.write_text(CHOOSING)
+    workers = [f"localhost:{p}" for p in _ports(2)]
+    procs = []
+    for i in range(2):
+        env = dict(os.environ, TF_BACKEND="1", TF_CPP_MIN_LOG_LEVEL="2",
+                   TF_BACKEND_FUNCTION_CHOICE="measure", SKEW=skew,
+                   TF_CONFIG=json.dumps({"cluster": {"worker": workers},
+                                         "task": {"type": "worker", "index": i}}))
+        procs.append(subprocess.Popen([sys.executable, str(script)], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=240)
+            assert p.returncode == 0, err[-3000:]
+            line = [l for l in out.splitlines() if l.startswith("RESULT ")]
+            assert line, out[-2000:] + err[-2000:]
+            results.append(json.loads(line[-1][7:]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for r in results:
+        assert r["choice"].get("agreed") == 2 and r["choice"]["runs"] == runs, r
+    assert results[0]["choice"] == results[1]["choice"]
+    np.testing.assert_array_equal(results[0]["v"], results[1]["v"])
 
 
 def test_workers_sharing_this_host_are_counted():

@@ -228,15 +228,19 @@ def function_compiled(name, summary, reason, seconds):
             f.update(summary)
 
 
-def function_choice(name, choice, ours_s, tensorflow_s, trials=1, recorded=False):
+def function_choice(name, choice, ours_s, tensorflow_s, trials=1, recorded=False, agreed=None):
     """functions._choose measured who runs a compiled function (the latest of `trials`);
-    `recorded`: the choice came from an earlier process (tf_backend/choices.py)."""
+    `recorded`: the choice came from an earlier process (tf_backend/choices.py); `agreed`: a
+    collective function's workers chose together (their count, the times their means), or
+    "pending", or why they could not."""
     with _lock:
         f = _functions.setdefault(name, {"calls": 0, "fallback_calls": 0})
         f["choice"] = {"runs": choice, "ours_ms": round(ours_s * 1e3, 4),
                        "tensorflow_ms": round(tensorflow_s * 1e3, 4), "trials": trials}
         if recorded:
             f["choice"]["recorded"] = True
+        if agreed is not None:
+            f["choice"]["agreed"] = agreed
         f["_touched"] = True
 
 

@@ -74,6 +74,8 @@ class Program:
         self.waited = False     # its last run waited on a background compile (functions.py)
         self.choice = None      # "ours" | "tensorflow": who runs it (functions._choose)
         self.choice_trial = None   # while measuring: seconds per call per side (functions.py)
+        self.agreement = None   # a collective function's workers choosing together: the
+        #                         holder functions._agree fills, False once applied
         self.choice_rounds = 0  # trials done (functions._retrial measures an "ours" again)
         self.choice_calls = 0   # calls since the last choice
         self.choice_recheck = float("inf")   # ...at which it is measured again
