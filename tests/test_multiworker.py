@@ -13,13 +13,9 @@ import textwrap
 import numpy as np
 import pytest
 
-WORKER = textwrap.dedent("""
-    import json, os, sys
-    import numpy as np
-    import tensorflow as tf
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-    eager = tf.nn.relu(tf.constant([1.0, -1.0, 3.0]) * 2.0).numpy().tolist()
+# the training step both worker scripts run: one variable, a product, an all-reduce of its
+# gradient, SGD at `lr`
+STEP = textwrap.dedent("""
     with strategy.scope():
         v = tf.Variable(np.linspace(-1, 1, 8, dtype=np.float32).reshape(4, 2))
 
@@ -28,12 +24,21 @@ WORKER = textwrap.dedent("""
         def replica_fn(xb):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum(tf.nn.relu(tf.matmul(xb, v)) ** 2)
-            g = tape.gradient(loss, v)
-            g = tf.distribute.get_replica_context().all_reduce("sum", g)
-            v.assign_sub(0.05 * g)
+            g = tf.distribute.get_replica_context().all_reduce("sum", tape.gradient(loss, v))
+            v.assign_sub(lr * g)
             return loss
         return strategy.run(replica_fn, args=(xb,))
+""")
 
+WORKER = textwrap.dedent("""
+    import json, os, sys
+    import numpy as np
+    import tensorflow as tf
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    eager = tf.nn.relu(tf.constant([1.0, -1.0, 3.0]) * 2.0).numpy().tolist()
+    lr = 0.05
+""") + STEP + textwrap.dedent("""
     rng = np.random.default_rng(task)
     losses = []
     for i in range(3):
@@ -61,14 +66,15 @@ def _ports(n):
     return ports
 
 
-def _cluster(tmp_path, backend):
+def _cluster(tmp_path, backend, source=WORKER, **extra_env):
+    """Two workers running `source`; their RESULT dicts."""
     script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    script.write_text(source)
     ports = _ports(2)
     workers = [f"localhost:{p}" for p in ports]
     procs = []
     for i in range(2):
-        env = dict(os.environ, TF_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2",
+        env = dict(os.environ, TF_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2", **extra_env,
                    TF_CONFIG=json.dumps({"cluster": {"worker": workers},
                                          "task": {"type": "worker", "index": i}}))
         procs.append(subprocess.Popen([sys.executable, str(script)], env=env, text=True,
@@ -179,19 +185,8 @@ CHOOSING = textwrap.dedent("""
     real = functions._trial_step
     functions._trial_step = lambda prog, name, trial, s: real(
         prog, name, trial, s + skew.get(trial["side"], 0.0))
-    with strategy.scope():
-        v = tf.Variable(np.linspace(-1, 1, 8, dtype=np.float32).reshape(4, 2))
-
-    @tf.function
-    def step(xb):
-        def replica_fn(xb):
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_sum(tf.nn.relu(tf.matmul(xb, v)) ** 2)
-            g = tf.distribute.get_replica_context().all_reduce("sum", tape.gradient(loss, v))
-            v.assign_sub(0.001 * g)
-            return loss
-        return strategy.run(replica_fn, args=(xb,))
-
+    lr = 0.001
+""") + STEP + textwrap.dedent("""
     import tf_backend
     xb = tf.constant(np.random.default_rng(task).standard_normal((5, 4)).astype(np.float32))
     for i in range(90):
@@ -207,29 +202,7 @@ def test_workers_agree_on_who_runs_a_collective_step(tmp_path, skew, runs):
     """A step with an all-reduce is measured on every worker at once; at the trial's end the
     workers all-reduce their medians and all take the choice the sums give (though each alone
     would have chosen otherwise), and go on running it."""
-    script = tmp_path / "choosing.py"
-    script.write_text(CHOOSING)
-    workers = [f"localhost:{p}" for p in _ports(2)]
-    procs = []
-    for i in range(2):
-        env = dict(os.environ, TF_BACKEND="1", TF_CPP_MIN_LOG_LEVEL="2",
-                   TF_BACKEND_FUNCTION_CHOICE="measure", SKEW=skew,
-                   TF_CONFIG=json.dumps({"cluster": {"worker": workers},
-                                         "task": {"type": "worker", "index": i}}))
-        procs.append(subprocess.Popen([sys.executable, str(script)], env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=240)
-            assert p.returncode == 0, err[-3000:]
-            line = [l for l in out.splitlines() if l.startswith("RESULT ")]
-            assert line, out[-2000:] + err[-2000:]
-            results.append(json.loads(line[-1][7:]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    results = _cluster(tmp_path, "1", CHOOSING, TF_BACKEND_FUNCTION_CHOICE="measure", SKEW=skew)
     for r in results:
         assert r["choice"].get("agreed") == 2 and r["choice"]["runs"] == runs, r
     assert results[0]["choice"] == results[1]["choice"]
