@@ -318,6 +318,33 @@ def test_a_multi_worker_step_needs_tensorflow_clearly_faster_and_keeps_its_choic
     assert functions._has_collectives(nested)
 
 
+def test_a_failed_agreement_keeps_our_executor(monkeypatch):
+    """Workers agree through an all-reduce of their medians (tests/test_multiworker.py); one
+    that fails (a peer gone, its timeout) leaves ours running, with the reason in the ledger."""
+    import time
+    from types import SimpleNamespace as NS
+    from tf_backend import tf_adapter
+
+    def gone(*args):
+        raise tf.errors.UnavailableError(None, None, "peer gone")
+    monkeypatch.setattr(tf_adapter, "execute_stock", gone)
+    node = NS(op="CollectiveReduceV2", subs=(), inputs=(0, 1, 2, 3),
+              raw_attrs=("T", 1, "merge_op", "Add", "final_op", "Id"))
+    prog = NS(nodes=[node], consts={1: np.int32(2), 2: np.int32(5)}, choice=None,
+              choice_rounds=0, choice_calls=0, choice_recheck=0, agreement=None)
+    ledger.reset()
+    functions._choose(prog, "agreeing", {"ours": [1.0] * 6, "tensorflow": [0.5] * 6})
+    assert prog.choice == "ours" and prog.agreement   # until the sums are in
+    for _ in range(200):
+        if prog.agreement["done"]:
+            break
+        time.sleep(0.01)
+    functions._agreed(prog, "agreeing")
+    got = ledger.snapshot()["functions"]["agreeing"]["choice"]
+    assert prog.choice == "ours" and prog.agreement is False
+    assert "UnavailableError" in got["agreed"] and got["tensorflow_ms"] == 500.0
+
+
 def test_a_multi_worker_steps_tensorflow_choice_is_not_recorded(monkeypatch):
     """Each worker's graph has its own digest: a record read by one worker while the other
     measured made them disagree. Collective functions are measured in every process."""

@@ -180,7 +180,9 @@ def test_cached_functions_load_without_parsing_their_linking_bitcode(tmp_path):
     assert got.stdout.strip() == "ok"
 
 
-def test_elf_symbols_of_a_non_elf_object_are_left_to_numba():
+def test_elf_symbols_of_a_non_elf_or_malformed_object_are_left_to_numba():
     from kernels.cpu.jit import _elf_defined_symbols
     assert _elf_defined_symbols(b"\xcf\xfa\xed\xfe" + bytes(60)) is None   # Mach-O
     assert _elf_defined_symbols(b"") is None
+    truncated = b"\x7fELF\x02\x01" + bytes(0x22) + (10**6).to_bytes(8, "little") + bytes(20)
+    assert _elf_defined_symbols(truncated) is None

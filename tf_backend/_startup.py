@@ -44,8 +44,8 @@ def _wrap(loader, name):
         _enable_from_env()
 
     def exec_then_freeze(module):
-        # Keras imports TensorFlow, then its own modules (and matplotlib, rich, ...: ~70K
-        # objects on Keras 3): the imports are frozen once Keras is done
+        # Keras imports TensorFlow, then its own modules (and matplotlib, rich, ...: ~65K
+        # objects on Keras 3): the imports are frozen again once Keras is done
         _keras["importing"] = True
         try:
             exec_module(module)
@@ -72,9 +72,9 @@ def _enable_from_env():
 
 
 def freeze_imports():
-    """Move what exists once TensorFlow and the backend are imported (or Keras, when Keras
-    imports TensorFlow: `import keras` first) (modules, their functions,
-    registries: ~350K objects, no garbage among them when measured) to the collector's
+    """Move what exists once TensorFlow and the backend are imported (modules, their functions,
+    registries: ~350K objects, no garbage among them when measured; called again once Keras is
+    done where Keras imported TensorFlow, `import keras` first) to the collector's
     permanent generation, so that no later collection scans them again: every full collection
     of a training script, and the ones Python runs at exit, which with TensorFlow, Keras and
     numba loaded took 0.8-1.3 s of a script's wall time (AMD EPYC Zen 5, MNIST-shaped script:

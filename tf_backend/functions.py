@@ -66,34 +66,35 @@ CHOICE_ROUNDS = 3
 # first process after a change of our sources, 2.3 against 3.2 in every later trial), and a
 # wrong TensorFlow choice loses our speed for good
 CHOICE_CONFIRM_TENSORFLOW = 2
-# A function with collectives (a multi-worker step) is timed on every worker at once, each
-# choosing alone: with the two sides within noise the workers chose differently (two-worker
-# CNN step: 3.73 vs 3.89 ms on one, the other the other way), and one waiting for the other
-# cost more than either choice. There TensorFlow must win by this margin, the first choice is
-# final (no re-trial to flip one worker later), and none is recorded for later processes (each
+# A function with collectives (a multi-worker step) is timed on every worker at once. Its
+# trial starts at a call number that is a multiple of this (two blocks), so that the workers,
+# whose calls of the step go in lockstep, run the same side at the same calls even where one
+# settled a few calls later: unaligned, each worker timed its executor beside the other's
+# TensorFlow step
+CHOICE_ALIGN_COLLECTIVE = 2 * CHOICE_BLOCK
+# At the end of its trial each worker all-reduces its two medians with its peers (_agree: a
+# CollectiveReduceV2 of its own in the step's group, on a thread, so that a worker whose trial
+# ended a few calls later is not waited for inside a step), runs our executor meanwhile, and then
+# every worker takes the one choice the sums give, at CHOICE_MARGIN. Choosing alone, workers
+# disagreed and waited for each other, so TensorFlow had to win by 25% there, and the two-worker
+# MLP step stayed on ours with TensorFlow 8% faster on both workers (3.72 vs 4.06 ms; 1.076x
+# stock's step). The agreements' instance keys: this base plus the count of agreements this
+# process started in the group (the step's own instance key is a captured input, not a
+# constant); workers run their collective steps in lockstep, so their k-th agreements meet, and
+# ones that do not meet time out and keep ours
+AGREE_INSTANCE_BASE = 1 << 30
+AGREE_TIMEOUT_S = 120.0
+_agreements = {}   # group key -> agreements started
+# Where the workers cannot agree (no all-reduce of constant group in the step), each chooses
+# alone: with the two sides within noise the workers chose differently (two-worker CNN step:
+# 3.73 vs 3.89 ms on one, the other the other way), and one waiting for the other cost more than
+# either choice. There TensorFlow must win by this margin. Either way the first choice is final
+# (no re-trial to flip one worker later), and none is recorded for later processes (each
 # worker's graph has its own digest: one worker read an earlier run's record while the other
 # measured). At 0.95 the two workers of an MLP step still disagreed (worker 0: ours 4.15 ms
 # against TensorFlow's 4.53; worker 1: ours 4.87 against 3.97, so TensorFlow), the step 1.15x
 # stock's; a trial's spread between two workers sharing two cores reaches 20%.
 CHOICE_MARGIN_COLLECTIVE = 0.75
-# ... unless the workers agree: at the end of its trial each worker all-reduces its two medians
-# with its peers (a CollectiveReduceV2 of its own, in the step's group, on a thread, so that a
-# worker whose trial ended a few calls later is not waited for inside a step), runs our executor
-# meanwhile, and then every worker takes the one choice the sums give, at CHOICE_MARGIN
-# (two-worker MLP step: both workers measured TensorFlow's 3.72 ms against ours 4.06, and kept
-# ours at the margin above: 1.076x stock's step). A failed or timed-out agreement keeps ours.
-# The agreements' instance keys: this base plus the count of agreements this process started
-# in the group (the step's own instance key is a captured input, not a constant). Workers run
-# their collective steps in lockstep, so their k-th agreements meet; ones that do not meet time
-# out and keep ours
-AGREE_INSTANCE_BASE = 1 << 30
-AGREE_TIMEOUT_S = 120.0
-_agreements = {}   # group key -> agreements started
-# ... and its trial starts at a call number that is a multiple of this (two blocks), so that
-# the workers, whose calls of the step go in lockstep, run the same side at the same calls
-# even where one settled a few calls later: unaligned, each worker timed its executor beside
-# the other's TensorFlow step
-CHOICE_ALIGN_COLLECTIVE = 2 * CHOICE_BLOCK
 # A function's first trial starts after this many calls on our executor: a function called a
 # few times only (Keras' predict or evaluate of a few batches: 8 calls for 512 samples) would
 # otherwise pay TensorFlow's first runs of it (its graph optimisation: 25 ms a call for the
@@ -508,7 +509,7 @@ def _agree(prog, mo, mt):
     attrs.update(T=tfa.DTYPE_TO_ENUM[np.dtype(np.float64)], merge_op="Add", final_op="Id",
                  timeout_seconds=AGREE_TIMEOUT_S, Nordering_token=0)
     flat = tuple(x for kv in attrs.items() for x in kv)
-    holder = {"done": False, "sums": None, "workers": size, "error": None}
+    holder = {"done": False, "sums": None, "workers": size, "error": None, "local": (mo, mt)}
 
     def run():
         try:
@@ -529,8 +530,8 @@ def _agree(prog, mo, mt):
 def _agreed(prog, name):
     """Apply the workers' agreed choice (every worker computes it from the same sums)."""
     holder, prog.agreement = prog.agreement, False
-    if holder["sums"] is None:
-        ledger.function_choice(name, "ours", 0.0, 0.0, prog.choice_rounds,
+    if holder["sums"] is None:   # ours stays; the ledger keeps this worker's own medians
+        ledger.function_choice(name, "ours", *holder["local"], prog.choice_rounds,
                                agreed=holder["error"] or "failed")
         return
     so, st = (float(x) / holder["workers"] for x in holder["sums"])

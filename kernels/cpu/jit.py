@@ -94,26 +94,31 @@ def lock_cache_saves():
 
 
 def _elf_defined_symbols(obj):
-    """The names an x86-64 ELF relocatable object defines (functions and data, any binding),
-    or None for anything else: what numba reads from the linking bitcode, without LLVM."""
+    """The names a 64-bit little-endian ELF relocatable object defines (functions and data, any
+    binding), or None for anything else or a malformed one: what numba reads from the linking
+    bitcode, without LLVM."""
     import struct
     if len(obj) < 64 or obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
         return None
-    shoff, = struct.unpack_from("<Q", obj, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
-    if shentsize != 64 or shoff + shnum * 64 > len(obj):
+    try:
+        shoff, = struct.unpack_from("<Q", obj, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+        if shentsize != 64 or shoff + shnum * 64 > len(obj):
+            return None
+        names = set()
+        for i in range(shnum):
+            if struct.unpack_from("<I", obj, shoff + i * 64 + 4)[0] != 2:   # SHT_SYMTAB
+                continue
+            off, size, link = struct.unpack_from("<QQI", obj, shoff + i * 64 + 0x18)
+            strtab, = struct.unpack_from("<Q", obj, shoff + link * 64 + 0x18)
+            for name, info, _, shndx, _, _ in struct.iter_unpack("<IBBHQQ",
+                                                                 obj[off:off + size]):
+                # defined (not SHN_UNDEF), named, not a section or file symbol
+                if shndx and name and (info & 0xF) not in (3, 4):
+                    names.add(obj[strtab + name:obj.index(b"\0", strtab + name)].decode())
+        return names
+    except (struct.error, ValueError):   # truncated tables, bad offsets, undecodable names
         return None
-    names = set()
-    for i in range(shnum):
-        if struct.unpack_from("<I", obj, shoff + i * 64 + 4)[0] != 2:   # SHT_SYMTAB
-            continue
-        off, size, link = struct.unpack_from("<QQI", obj, shoff + i * 64 + 0x18)
-        strtab, = struct.unpack_from("<Q", obj, shoff + link * 64 + 0x18)
-        for name, info, _, shndx, _, _ in struct.iter_unpack("<IBBHQQ", obj[off:off + size]):
-            # defined (not SHN_UNDEF), named, not a section or file symbol
-            if shndx and name and (info & 0xF) not in (3, 4):
-                names.add(obj[strtab + name:obj.index(b"\0", strtab + name)].decode())
-    return names
 
 
 def defer_linking_bitcode():
@@ -124,7 +129,7 @@ def defer_linking_bitcode():
     library defines: 3.1 of a load's 4.2 ms (59 loads in a recurrent classifier's first step,
     0.19 s). Here the names come from the object code's ELF symbol table (the same set for
     every library such a step loads; a test compares them) and the bitcode is parsed when
-    another library first links against this one. Objects that are not x86-64 ELF, and a numba
+    another library first links against this one. Objects that are not 64-bit ELF, and a numba
     of another layout, keep numba's own load. Applied once."""
     try:
         import llvmlite.binding as ll
