@@ -185,14 +185,16 @@ CHOOSING = textwrap.dedent("""
     real = functions._trial_step
     functions._trial_step = lambda prog, name, trial, s: real(
         prog, name, trial, s + skew.get(trial["side"], 0.0))
+    if os.environ.get("LONE") and task == 1:
+        functions.CHOICE_AFTER = 10**6   # this worker never ends a trial, so never agrees
     lr = 0.001
 """) + STEP + textwrap.dedent("""
     import tf_backend
     xb = tf.constant(np.random.default_rng(task).standard_normal((5, 4)).astype(np.float32))
     for i in range(90):
         step(xb).numpy()
-    (choice,) = [f["choice"] for f in tf_backend.stats()["functions"].values()
-                 if "choice" in f]
+    choice = ([f["choice"] for f in tf_backend.stats()["functions"].values()
+               if "choice" in f] or [None])[0]
     print("RESULT " + json.dumps({"choice": choice, "v": v.numpy().tolist()}), flush=True)
 """)
 
@@ -206,6 +208,17 @@ def test_workers_agree_on_who_runs_a_collective_step(tmp_path, skew, runs):
     for r in results:
         assert r["choice"].get("agreed") == 2 and r["choice"]["runs"] == runs, r
     assert results[0]["choice"] == results[1]["choice"]
+    np.testing.assert_array_equal(results[0]["v"], results[1]["v"])
+
+
+def test_an_agreement_that_never_meets_its_peer_leaves_the_job_running(tmp_path):
+    """Worker 1 never ends a trial of the step: worker 0's agreement stays pending (it has no
+    timeout: a collective that times out aborts TensorFlow's collective executor, and the job's
+    next step with it), worker 0 keeps running ours, and both finish."""
+    results = _cluster(tmp_path, "1", CHOOSING, TF_BACKEND_FUNCTION_CHOICE="measure",
+                       SKEW="0.02,0.03", LONE="1")
+    assert results[0]["choice"]["agreed"] == "pending" and results[0]["choice"]["runs"] == "ours"
+    assert results[1]["choice"] is None
     np.testing.assert_array_equal(results[0]["v"], results[1]["v"])
 
 

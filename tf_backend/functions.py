@@ -80,10 +80,13 @@ CHOICE_ALIGN_COLLECTIVE = 2 * CHOICE_BLOCK
 # MLP step stayed on ours with TensorFlow 8% faster on both workers (3.72 vs 4.06 ms; 1.076x
 # stock's step). The agreements' instance keys: this base plus the count of agreements this
 # process started in the group (the step's own instance key is a captured input, not a
-# constant); workers run their collective steps in lockstep, so their k-th agreements meet, and
-# ones that do not meet time out and keep ours
+# constant); workers run their collective steps in lockstep, so their k-th agreements meet. One
+# that never meets its peers (a worker that never ends a trial of that step) stays pending, and
+# ours runs: it has no timeout, since a collective that times out aborts TensorFlow's collective
+# executor and with it every later step of the job (checked: DeadlineExceededError in the next
+# step, 2 s after a 2 s timeout)
 AGREE_INSTANCE_BASE = 1 << 30
-AGREE_TIMEOUT_S = 120.0
+AGREE_TIMEOUT_S = 0.0   # none
 _agreements = {}   # group key -> agreements started
 # Where the workers cannot agree (no all-reduce of constant group in the step), each chooses
 # alone: with the two sides within noise the workers chose differently (two-worker CNN step:
@@ -519,7 +522,7 @@ def _agree(prog, mo, mt):
                    tfa.make_tensor(np.array(instance, np.int32))]
             (out,) = tfa.execute_stock("CollectiveReduceV2", ins, flat, 1)
             holder["sums"] = out.numpy()
-        except Exception as e:  # noqa: BLE001 - a peer gone or timed out: ours stays
+        except Exception as e:  # noqa: BLE001 - a peer gone: ours stays
             holder["error"] = f"{type(e).__name__}: {e}"[:300]
         holder["done"] = True
 
