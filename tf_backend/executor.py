@@ -474,9 +474,9 @@ def run(prog, args, threads_pool=None, serial=False):
     trial = None
     if concurrent and prog.schedule_trial is not False:   # _schedule_trial: still measuring
         trial = prog.schedule_trial
-        if type(trial) is not dict:   # None, then the serial runs before the trial
-            if (trial or 0) < SCHEDULE_AFTER:
-                prog.schedule_trial = (trial or 0) + 1
+        if type(trial) is int:   # the serial runs before the trial
+            if trial < SCHEDULE_AFTER:
+                prog.schedule_trial = trial + 1
                 concurrent, trial = False, None
             else:
                 trial = prog.schedule_trial = {True: [], False: []}

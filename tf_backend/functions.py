@@ -465,18 +465,17 @@ def _choose(prog, name, trial):
     collective = _has_collectives(prog)
     if collective and prog.agreement is None:
         prog.agreement = _agree(prog, mo, mt)
-        if prog.agreement is not None:   # ours until the workers' sums are in (on_call)
-            prog.choice, prog.choice_calls = "ours", 0
-            prog.choice_rounds += 1
-            prog.choice_recheck = float("inf")
-            ledger.function_choice(name, "ours", mo, mt, prog.choice_rounds, agreed="pending")
-            return
-    prog.choice = ("tensorflow" if mt < (CHOICE_MARGIN_COLLECTIVE if collective else CHOICE_MARGIN)
-                   * mo else "ours")
+    pending = collective and bool(prog.agreement)
+    if pending:   # ours until the workers' sums are in (on_call applies them)
+        prog.choice = "ours"
+    else:
+        prog.choice = ("tensorflow" if mt < (CHOICE_MARGIN_COLLECTIVE if collective
+                                              else CHOICE_MARGIN) * mo else "ours")
     prog.choice_rounds += 1
     prog.choice_calls = 0
     prog.choice_recheck = _recheck_after(prog.choice_rounds, collective)
-    ledger.function_choice(name, prog.choice, mo, mt, prog.choice_rounds)
+    ledger.function_choice(name, prog.choice, mo, mt, prog.choice_rounds,
+                           agreed="pending" if pending else None)
     if (prog.choice == "tensorflow" and not collective
             and prog.choice_rounds < CHOICE_CONFIRM_TENSORFLOW):
         _retrial(prog)

@@ -64,8 +64,8 @@ class Program:
         #                         their outputs are its last inputs (lower.hoist_prologue)
         self.fusions = 0
         self.parallel = False   # independent heavy nodes exist (schedule pass)
-        self.schedule_trial = None   # executor: serial runs so far (an int), then serial vs
-        #                              concurrent times while measuring (a dict), False: chosen
+        self.schedule_trial = 0   # executor: serial runs so far (an int), then serial vs
+        #                           concurrent times while measuring (a dict), False: chosen
         # filled by finalize()
         self.succs = self.dep_counts = self.producer = None
         self.op_counts = None   # per run: {op: (backend, {fallback reason: n})}
