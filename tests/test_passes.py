@@ -873,7 +873,8 @@ def test_group_stock_runs_tensorflow_nodes_together_and_keeps_results(tf):
     passes.optimize(prog)
     nodes = list(prog.counted_nodes())   # a stock_runs group's nodes in its place
     kinds = ["tf" if n.kind in ("stock", "reads") else "ours" for n in nodes]
-    assigns = [n.name for n in nodes if n.op == "AssignSubVariableOp"]
+    # (computed_updates: each AssignSubVariableOp is an AssignVariableOp of a value we compute)
+    assigns = [n.name for n in nodes if n.op in ("AssignSubVariableOp", "AssignVariableOp")]
     assert len(assigns) == 4
     first = kinds.index("ours")
     # (the last bias's gradient is a constant: its assignment needs none of our nodes, yet it
@@ -990,8 +991,10 @@ def test_stock_runs_variable_ops_in_one_call_with_stock_results(tf):
     assert members.count("AssignAddVariableOp") >= 2, members
     # (group_stock: the slots' updates and read-backs run as one TensorFlow run, the weights'
     # updates, which wait on our kernels reading the slots, as the next one, back to back)
-    kinds = [("sub" if n.op == "AssignSubVariableOp" else "tf") if n.kind in ("stock", "reads")
-             else "ours" for n in prog.counted_nodes()]
+    # (computed_updates: a weight's update may be an AssignVariableOp of the value our kernels
+    # computed; it keeps its node's name)
+    kinds = [("sub" if "AssignSubVariableOp" in n.name else "tf")
+             if n.kind in ("stock", "reads") else "ours" for n in prog.counted_nodes()]
     first, last = kinds.index("sub"), len(kinds) - 1 - kinds[::-1].index("sub")
     assert "ours" not in kinds[first:last], kinds
     # no variable op of a group is also left outside it
@@ -1014,7 +1017,11 @@ def test_stock_runs_variable_ops_in_one_call_with_stock_results(tf):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
         np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-4, atol=1e-6)
     ops = tf_backend.stats()["ops"]
-    assert ops["AssignSubVariableOp"].get("fallback", 0) == 3 * 3, ops["AssignSubVariableOp"]
+    # per call: ws[2] and the small slots, read again, keep their updates (forward_writes
+    # answers the reads); ws[0], ws[1] and ms[0] (8192 elements) are assigned their values
+    assert ops["AssignSubVariableOp"].get("fallback", 0) == 1 * 3, ops["AssignSubVariableOp"]
+    assert ops["AssignAddVariableOp"].get("fallback", 0) == 3 * 3, ops["AssignAddVariableOp"]
+    assert ops["AssignVariableOp"].get("fallback", 0) == 3 * 3, ops["AssignVariableOp"]
     # a group whose function cannot be built runs its ops one by one, with the same results
     from tf_backend import tf_adapter
 
@@ -1042,7 +1049,7 @@ def test_stock_runs_variable_ops_in_one_call_with_stock_results(tf):
             np.testing.assert_array_equal(p, q)
     for a, b in zip(ws + ms + [n], fws + fms + [fn_]):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
-    assert ops["AssignAddVariableOp"].get("fallback", 0) == 3 * 4, ops["AssignAddVariableOp"]
+    assert ops["AssignAddVariableOp"].get("fallback", 0) == 3 * 3, ops["AssignAddVariableOp"]
 
     v = tf.Variable(np.zeros((2, 3), np.float32))
     w = tf.Variable(np.zeros((2, 3), np.float32))
@@ -1435,3 +1442,74 @@ def test_stacked_list_of_a_tensor_shares_its_rows_read_only(tf):
     want = [t.numpy() for t in tf.function(fn)(x)]
     for a, b in zip(_run(tf, fn, x), want):
         np.testing.assert_array_equal(a, b)
+
+
+def test_computed_updates_assign_the_value_the_program_computes(tf):
+    """An SGD step's `w.assign_sub(lr * g)` on a variable the step read becomes an
+    AssignVariableOp of `w - lr * g`, computed by the weight gradient's product (its epilogue):
+    the variables are bit-equal to the same program without the pass, and stock's within the
+    products' rounding, over steps; a value the user read before a step keeps its value (the
+    variable takes our new buffer, it does not write the old one); a small variable the step
+    reads again keeps its update (forward_writes answers the read); an update whose shape is
+    known only at run time stays on TensorFlow, with its error for a wrong shape."""
+    rng = np.random.default_rng(12)
+    init = [rng.standard_normal(s).astype(np.float32) for s in ((32, 16), (16,), (16, 4))]
+
+    def make():
+        ws = [tf.Variable(v) for v in init]
+
+        def step(x):
+            with tf.GradientTape() as tape:
+                h = tf.nn.relu(tf.matmul(x, ws[0]) + ws[1])
+                loss = tf.reduce_mean(tf.matmul(h, ws[2]))
+            for w, g in zip(ws, tape.gradient(loss, ws)):
+                w.assign_sub(0.1 * g)
+            return loss, ws[1].read_value()
+        return ws, step
+
+    x = tf.constant(rng.standard_normal((8, 32)).astype(np.float32))
+    ws, step = make()
+    prog = _program(tf, step, x)
+    passes.optimize(prog)
+    ops = [n.op for n in prog.counted_nodes() if n.kind == "stock"]
+    assert ops.count("AssignVariableOp") == 2 and ops.count("AssignSubVariableOp") == 1, ops
+    inner = prog.nodes + [m for n in prog.nodes for m in n.attrs.get("nodes", ())]
+    assert any(n.kind == "fused" and tuple(n.fused_ops) == ("MatMul", "Mul", "Sub")
+               for n in inner), prog.dump()
+    assert any(note.startswith("computed_updates: 2") for note in prog.notes)
+
+    sws, sstep = make()
+    sf = tf.function(sstep)
+    stock = [[np.asarray(t) for t in sf(x)] for _ in range(4)]
+    uws, ustep = make()
+    unpassed = [_run(tf, ustep, x, disable="computed_updates") for _ in range(4)]
+    functions.clear_cache()
+    with tf_backend.enabled():
+        f = tf.function(step)
+        before = ws[0].read_value()
+        kept = before.numpy().copy()
+        got = [[np.asarray(t) for t in f(x)] for _ in range(4)]
+        np.testing.assert_array_equal(before.numpy(), kept)
+        assert not np.array_equal(ws[0].numpy(), kept)
+    for g, u, s in zip(got, unpassed, stock):
+        for a, b, c in zip(g, u, s):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+    for a, b, c in zip(ws, uws, sws):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-5, atol=1e-6)
+
+    v = tf.Variable(np.zeros((2, 3), np.float32))
+
+    def dynamic(y):
+        tf.identity(v.read_value())
+        v.assign_sub(y)
+        return tf.constant(1.0)
+    sig = [tf.TensorSpec([None, None], tf.float32)]
+    functions.clear_cache()
+    with tf_backend.enabled():
+        g = tf.function(dynamic, input_signature=sig)
+        g(tf.ones((2, 3)))
+        np.testing.assert_array_equal(v.numpy(), -np.ones((2, 3), np.float32))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="AssignSubVariableOp"):
+            g(tf.ones((3, 4)))

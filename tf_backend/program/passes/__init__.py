@@ -4,13 +4,13 @@ TF_BACKEND_DISABLE_PASSES=fuse_elementwise,const_fold turns passes off (for A/B 
 """
 import os
 
-from . import (batch_reads, canonicalize, compile_loops, compile_regions, const_fold, dce,
-               epilogue, forward_writes, fuse_elementwise, fuse_reduce, group_stock, identity,
-               inplace, loop_reads, memo, pool_relu_grad, read_runs, schedule, shapes,
-               stock_runs, tensor_lists)
+from . import (batch_reads, canonicalize, compile_loops, compile_regions, computed_updates,
+               const_fold, dce, epilogue, forward_writes, fuse_elementwise, fuse_reduce,
+               group_stock, identity, inplace, loop_reads, memo, pool_relu_grad, read_runs,
+               schedule, shapes, stock_runs, tensor_lists)
 
-PIPELINE = (tensor_lists, identity, canonicalize, shapes, const_fold, dce, batch_reads,
-            pool_relu_grad, fuse_elementwise, fuse_reduce, epilogue, memo, forward_writes,
+PIPELINE = (tensor_lists, identity, canonicalize, shapes, const_fold, dce, computed_updates,
+            batch_reads, pool_relu_grad, fuse_elementwise, fuse_reduce, epilogue, memo, forward_writes,
             group_stock, read_runs, stock_runs, compile_regions, inplace, schedule)
 # after the sub-programs are optimised (their reads batched, their aliases gone)
 POST_SUBS = (loop_reads, compile_loops)
@@ -22,7 +22,7 @@ PORTABLE = (identity, canonicalize, shapes, const_fold, dce)
 
 SHADOW_OFF = {"tensor_lists", "canonicalize", "fuse_elementwise", "fuse_reduce", "epilogue",
               "pool_relu_grad", "inplace", "batch_reads", "read_runs", "stock_runs",
-              "forward_writes", "memo", "compile_loops", "compile_regions"}
+              "forward_writes", "computed_updates", "memo", "compile_loops", "compile_regions"}
 
 
 def _disabled():
