@@ -1,4 +1,5 @@
 """Each program pass on small functions: what it changes, and that results do not change."""
+import contextlib
 import re
 
 import numpy as np
@@ -1513,3 +1514,19 @@ def test_computed_updates_assign_the_value_the_program_computes(tf):
         np.testing.assert_array_equal(v.numpy(), -np.ones((2, 3), np.float32))
         with pytest.raises(tf.errors.InvalidArgumentError, match="AssignSubVariableOp"):
             g(tf.ones((3, 4)))
+
+    def twice(a, b, y):     # one variable as two arguments: b's update lands between a's
+        r = a.read_value() * 1.0
+        b.assign_add(y)
+        a.assign_sub(r * 0.5)
+        return r
+    got = []
+    for on in (False, True):
+        u = tf.Variable(np.ones((4, 4), np.float32))
+        functions.clear_cache()
+        with tf_backend.enabled() if on else contextlib.nullcontext():
+            h = tf.function(twice)
+            for _ in range(3):
+                h(u, u, tf.ones((4, 4)))
+        got.append(u.numpy())
+    np.testing.assert_array_equal(got[1], got[0])
