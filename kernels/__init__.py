@@ -111,15 +111,21 @@ class CacheTable:
 
 
 def write_cache_json(name, value):
-    """Replace `name` in cache_dir() with `value` at once (through a temporary file of this
-    process and thread, so concurrent writers never leave half a file); OSError propagates."""
+    """Replace `name` in cache_dir() with `value` at once; OSError propagates."""
     import json
+    write_cache_file(name, json.dumps(value, indent=0, sort_keys=True).encode())
+
+
+def write_cache_file(name, data):
+    """Replace `name` (a path under cache_dir()) with the bytes `data` at once, through a
+    temporary file of this process and thread, so concurrent writers never leave half a file;
+    OSError propagates."""
     import threading
     path = os.path.join(cache_dir(), name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(value, f, indent=0, sort_keys=True)
+    with open(tmp, "wb") as f:
+        f.write(data)
     os.replace(tmp, path)
 
 

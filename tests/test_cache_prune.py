@@ -115,3 +115,24 @@ def test_tfb_cache_reports_and_prunes(root):
     assert r.returncode == 0, r.stderr
     assert "1 modules" in r.stdout and "pruned 1 modules" in r.stdout
     assert not any(_left(old))
+
+
+def test_kept_tensorflow_functions_go_by_the_same_rules(root):
+    """tf_adapter's group FunctionDefs (tf_groups/*.pb): each file a group of its own, gone
+    once unused for the age limit or least recently used over the size limit; a read marks a
+    use."""
+    d = os.path.join(root, cache_prune.GROUPS)
+    os.makedirs(d)
+    now = time.time()
+    files = {}
+    for name, used in (("old", 40 * DAY), ("young", 2 * DAY), ("recent", 60)):
+        p = files[name] = os.path.join(d, f"{name}.pb")
+        with open(p, "wb") as f:
+            f.write(b"x" * 100)
+        os.utime(p, (now - used, now - used))
+    cache_prune.mark_used(files["young"])
+    n, freed, kept = cache_prune.prune(root, max_bytes=10**9, max_age_s=30 * DAY)
+    assert (n, freed, kept) == (1, 100, 200)
+    assert _left(list(files.values())) == [False, True, True]
+    cache_prune.prune(root, max_bytes=1, max_age_s=30 * DAY)
+    assert _left(list(files.values())) == [False, True, True]   # both used within the hour

@@ -1530,3 +1530,67 @@ def test_computed_updates_assign_the_value_the_program_computes(tf):
                 h(u, u, tf.ones((4, 4)))
         got.append(u.numpy())
     np.testing.assert_array_equal(got[1], got[0])
+
+
+def test_group_functions_are_kept_in_the_cache_directory(tf):
+    """A group's FunctionDef is traced once and kept under <cache dir>/tf_groups: a process
+    that meets the same group reads it instead of tracing (here: the in-memory tables cleared,
+    tracing refused), with the same results; an unreadable file is traced again and replaced."""
+    import glob
+    import os
+
+    import kernels
+    from tf_backend import tf_adapter
+
+    def make():
+        vs = [tf.Variable(np.zeros((3,), np.float32)) for _ in range(7)]
+
+        def step(x):
+            for v in vs:
+                v.assign_add(x)
+            return x * 2.0
+        return vs, step
+
+    def fresh():
+        tf_adapter._group_fdefs.clear()
+        tf_adapter._groups_here.clear()
+        functions.clear_cache()
+
+    x = tf.constant(np.arange(3, dtype=np.float32))
+    vs, step = make()
+    fresh()
+    with tf_backend.enabled():
+        tf.function(step)(x)
+    assert [v.numpy().tolist() for v in vs] == [[0.0, 1.0, 2.0]] * 7
+    names = [f.signature.name for f in tf_adapter._group_fdefs.values() if f is not None]
+    assert names and all(n.startswith("__tfb_group_") for n in names)
+    files = [os.path.join(kernels.cache_dir(), "tf_groups", n[len("__tfb_group_"):] + ".pb")
+             for n in names]
+    assert all(os.path.exists(p) for p in files)
+
+    traced = []
+    old = tf_adapter._traced_group_fdef
+
+    def refuse(group):
+        traced.append(group)
+        raise ValueError("traced")
+    tf_adapter._traced_group_fdef = refuse
+    try:
+        vs2, step2 = make()
+        fresh()
+        with tf_backend.enabled():
+            tf.function(step2)(x)
+        assert not traced
+        assert [v.numpy().tolist() for v in vs2] == [[0.0, 1.0, 2.0]] * 7
+    finally:
+        tf_adapter._traced_group_fdef = old
+    with open(files[0], "wb") as f:
+        f.write(b"not a FunctionDef")
+    vs3, step3 = make()
+    fresh()
+    with tf_backend.enabled():
+        tf.function(step3)(x)
+    assert [v.numpy().tolist() for v in vs3] == [[0.0, 1.0, 2.0]] * 7
+    with open(files[0], "rb") as f:
+        assert f.read() != b"not a FunctionDef"
+    fresh()
