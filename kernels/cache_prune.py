@@ -6,8 +6,8 @@ over TF_BACKEND_CACHE_MB (2048) MiB. Nothing used within the last hour is remove
 process may be loading it; numba treats a file that vanished as a cache miss and compiles
 again). Without this the directory only grew: every change of the generators' sources names a
 new set of modules (~90 elementwise modules a set), and a developer's cache reached 980 MiB.
-The FunctionDefs kept under `tf_groups/` (tf_adapter._group_fdef) go by the same rules, each
-file on its own (a use is a read).
+The FunctionDefs kept under `tf_groups/` (tf_adapter._group_fdef) and the drivers' code objects
+under `drivers/` (program/driver.py) go by the same rules, each file on its own (a use is a read).
 
 A use is a module's import (elementwise.import_generated marks it: the access time of its .py,
 set explicitly, as its modification time is numba's stamp of the source and must not move).
@@ -24,6 +24,8 @@ import kernels
 
 STAMP = "prune.stamp"
 GROUPS = "tf_groups"   # TensorFlow FunctionDefs of variable-op groups (tf_adapter._group_fdef)
+DRIVERS = "drivers"    # generated drivers' code objects (tf_backend/program/driver.py)
+KEPT = {GROUPS: ".pb", DRIVERS: ".marshal"}   # directories of files each a group of its own
 EVERY_S = 24 * 3600
 RECENT_S = 3600
 
@@ -55,8 +57,9 @@ def groups(root):
     whose module is gone and unfinished writes (`*.tmp`) are orphans (last use: their newest
     modification)."""
     out = {}
-    for d, top in ((root, True), (os.path.join(root, "__pycache__"), False),
-                   (os.path.join(root, GROUPS), True)):
+    dirs = [(root, "", ".py"), (os.path.join(root, "__pycache__"), None, None)]
+    dirs += [(os.path.join(root, sub), sub + "/", ext) for sub, ext in KEPT.items()]
+    for d, prefix, ext in dirs:
         try:
             entries = list(os.scandir(d))
         except OSError:
@@ -64,14 +67,12 @@ def groups(root):
         for e in entries:
             if not e.is_file(follow_symlinks=False):
                 continue
-            if top and not e.name.endswith((".py", ".pb", ".tmp")):
+            if ext and not e.name.endswith((ext, ".tmp")):
                 continue   # the choice tables, the stamp
             st = e.stat(follow_symlinks=False)
             name = e.name if e.name.endswith(".tmp") else e.name.split(".", 1)[0]
-            if e.name.endswith(".pb"):   # a FunctionDef: a group of its own, used when read
-                name = f"{GROUPS}/{name}"
-            g = out.setdefault(name, [0.0, 0, [], True])
-            if top and e.name.endswith((".py", ".pb")):
+            g = out.setdefault((prefix or "") + name, [0.0, 0, [], True])
+            if ext and e.name.endswith(ext):   # a module, or a kept file: used when read
                 g[3] = False
                 g[0] = max(g[0], st.st_atime)
             g[0] = max(g[0], st.st_mtime)

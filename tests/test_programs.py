@@ -277,6 +277,53 @@ def test_long_program_driver_in_parts_error_late_and_shallow_tensorflow_stack(tf
         not in depth["names"] and "_pad" in depth["names"], depth
 
 
+def test_driver_code_is_kept_in_the_cache_directory(tf, monkeypatch):
+    """A generated driver's code object is compiled once and kept under <cache dir>/drivers:
+    the same program in a later process (here: the function cache cleared) loads it instead of
+    compiling its source, with the same results; an unreadable file is compiled again."""
+    import builtins
+    import os
+
+    import kernels
+    from tf_backend.program import driver
+
+    @tf.function
+    def f(x):
+        for _ in range(5):
+            x = tf.tanh(tf.matmul(x, x)) + 1.0
+        return x
+
+    x = tf.constant(np.eye(4, dtype=np.float32) / 3)
+    compiled = []
+
+    def spy(src, filename, mode, *a, **k):
+        if filename.startswith("<driver"):
+            compiled.append(filename)
+        return builtins.compile(src, filename, mode, *a, **k)
+    monkeypatch.setattr(driver, "compile", spy, raising=False)
+    results = []
+    for _ in range(3):
+        functions.clear_cache()
+        compiled.clear()
+        with tf_backend.enabled():
+            for _ in range(3):
+                got = f(x)
+        results.append((np.asarray(got), list(compiled)))
+        prog = next(c.program for c in functions._cache.values() if "__inference_f" in c.name)
+        src = prog.driver.source
+        kept = os.path.join(kernels.cache_dir(), driver.cached_name(src, f"<driver {prog.name}>"))
+        assert os.path.exists(kept)
+        if len(results) == 2:   # the next process finds an unreadable file
+            with open(kept, "wb") as fh:
+                fh.write(b"not code")
+    assert "def drive(vals, failed):" in src
+    np.testing.assert_array_equal(results[1][0], results[0][0])
+    np.testing.assert_array_equal(results[2][0], results[0][0])
+    # (the first run compiles unless an earlier run of this test left the file)
+    assert results[1][1] == [], results
+    assert len(results[2][1]) == 1, results
+
+
 def test_jit_compile_functions_are_left_to_xla(tf):
     @tf.function(jit_compile=True)
     def f(x):

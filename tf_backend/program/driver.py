@@ -189,6 +189,46 @@ def _chunked(blocks):
     return "\n".join(lines + calls) + "\n"
 
 
+def cached_name(src, filename):
+    """Where (under the cache directory) the code object of `src` is kept."""
+    import hashlib
+    import importlib.util
+    import os
+
+    from kernels import cache_prune
+    digest = hashlib.sha256(importlib.util.MAGIC_NUMBER + filename.encode() + b"\0"
+                            + src.encode()).hexdigest()[:32]
+    return os.path.join(cache_prune.DRIVERS, digest + ".marshal")
+
+
+def _compiled(src, filename):
+    """compile(src) through `<cache dir>/drivers/<digest>.marshal`: a Keras training step's
+    driver is thousands of lines, 16 ms of Python's compiler in every process that runs it (its
+    source is the same from one process to the next); keyed by the source, its filename and the
+    interpreter's bytecode version."""
+    import marshal
+    import os
+
+    import kernels
+    from kernels import cache_prune
+    name = cached_name(src, filename)
+    path = os.path.join(kernels.cache_dir(), name)
+    try:
+        with open(path, "rb") as f:
+            code = marshal.loads(f.read())
+        if type(code) is type(_compiled.__code__) and code.co_filename == filename:
+            cache_prune.mark_used(path)
+            return code
+    except Exception:  # noqa: BLE001 - missing or unreadable: compile it
+        pass
+    code = compile(src, filename, "exec")
+    try:
+        kernels.write_cache_file(name, marshal.dumps(code))
+    except OSError:
+        pass
+    return code
+
+
 def build(prog, step, declined, as_numpy, empty, view, view_ops, small_bytes=0, plain_below=0,
           tensorflow=None, out_shapes=None):
     """The compiled driver of a finalized program: drive(vals, failed) -> None when every node
@@ -201,7 +241,7 @@ def build(prog, step, declined, as_numpy, empty, view, view_ops, small_bytes=0, 
     env.update(ND=BUFFER, HL=HostList, AS=as_numpy, EMPTY=empty, NPEMPTY=np.empty, STEP=step,
                DECLINED=declined, UNSUPPORTED=Unsupported, XS=xs, AT=at, RV=rv,
                RUNK=out_shapes)   # run-time kernel outputs
-    code = compile(src, f"<driver {prog.name}>", "exec")
+    code = _compiled(src, f"<driver {prog.name}>")
     exec(code, env)
     drive = env["drive"]
     drive.source = src
