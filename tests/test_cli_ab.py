@@ -264,3 +264,32 @@ def test_parse_shape_and_bootstrap():
     rng = np.random.default_rng(1)
     r = timing.bootstrap_ratio(2 + 0.1 * rng.random(30), 1 + 0.1 * rng.random(30))
     assert 1.8 < r["ci_low"] <= r["ratio"] <= r["ci_high"] < 2.2
+
+
+def test_samples_time_calls_back_to_back():
+    """After a side switch, untimed calls run for REWARM_S (at least `rewarm`), and a sample
+    is the mean of calls lasting SAMPLE_S (at least `inner`): a short function is timed as a
+    loop calls it, not as the first call after the other runtime ran."""
+    import time
+    import types
+
+    log = []
+
+    def arm(name, seconds):
+        def call():
+            log.append(name)
+            t = time.perf_counter()
+            while time.perf_counter() - t < seconds:
+                pass
+        return types.SimpleNamespace(name=name, side="stock", error=None, call=call)
+
+    fast, slow = arm("fast", 0.0002), arm("slow", 0.03)
+    samples = timing.measure([fast, slow], repeats=2, rewarm=1, inner=1)
+    n_fast = log.count("fast") / 2          # per round: re-warm calls, then timed ones
+    assert n_fast >= 10                     # far more than rewarm + inner (2)
+    assert log.count("slow") == 2 * 2       # one re-warm and one timed call a round
+    assert all(0.0002 <= s < 0.002 for s in samples["fast"]), samples
+    assert all(0.03 <= s < 0.06 for s in samples["slow"]), samples
+    log.clear()
+    timing.measure([fast], repeats=1, rewarm=0, inner=3)   # --quick: no re-warm
+    assert 10 <= len(log) <= timing.SAMPLE_S / 0.0002 + 1
