@@ -116,6 +116,28 @@ def write_cache_json(name, value):
     write_cache_file(name, json.dumps(value, indent=0, sort_keys=True).encode())
 
 
+def kept(name, load, make, dump):
+    """A value kept as the file `name` under cache_dir(): load(bytes) of the file (a use marked
+    for cache_prune) unless it is missing, unreadable or load returns None; else make(), kept
+    as dump(value) for the next process (a read-only cache directory keeps nothing)."""
+    from . import cache_prune
+    path = os.path.join(cache_dir(), name)
+    try:
+        with open(path, "rb") as f:
+            value = load(f.read())
+        if value is not None:
+            cache_prune.mark_used(path)
+            return value
+    except Exception:  # noqa: BLE001 - whatever the file holds, making the value again is right
+        pass
+    value = make()
+    try:
+        write_cache_file(name, dump(value))
+    except OSError:
+        pass
+    return value
+
+
 def write_cache_file(name, data):
     """Replace `name` (a path under cache_dir()) with the bytes `data` at once, through a
     temporary file of this process and thread, so concurrent writers never leave half a file;

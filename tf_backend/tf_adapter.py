@@ -808,27 +808,23 @@ def _group_fdef(group):
     (`<cache dir>/tf_groups/<digest>.pb`)."""
     import hashlib
     import os
+
     import kernels
     from kernels import cache_prune
     from tensorflow.core.framework import function_pb2
     digest = hashlib.sha256(repr((tf_version(), group)).encode()).hexdigest()[:32]
-    name = os.path.join(cache_prune.GROUPS, digest + ".pb")
-    path = os.path.join(kernels.cache_dir(), name)
-    try:
-        with open(path, "rb") as f:
-            fdef = function_pb2.FunctionDef.FromString(f.read())
-        if fdef.signature.name == "__tfb_group_" + digest:
-            cache_prune.mark_used(path)
-            return fdef
-    except Exception:  # noqa: BLE001 - missing, unreadable or not a FunctionDef: trace it
-        pass
-    fdef = _traced_group_fdef(group)
-    fdef.signature.name = "__tfb_group_" + digest
-    try:
-        kernels.write_cache_file(name, fdef.SerializeToString())
-    except OSError:
-        pass
-    return fdef
+    fname = "__tfb_group_" + digest
+
+    def load(data):
+        fdef = function_pb2.FunctionDef.FromString(data)
+        return fdef if fdef.signature.name == fname else None
+
+    def make():
+        fdef = _traced_group_fdef(group)
+        fdef.signature.name = fname
+        return fdef
+    return kernels.kept(os.path.join(cache_prune.GROUPS, digest + ".pb"), load, make,
+                        lambda fdef: fdef.SerializeToString())
 
 
 def _traced_group_fdef(group):

@@ -207,26 +207,15 @@ def _compiled(src, filename):
     source is the same from one process to the next); keyed by the source, its filename and the
     interpreter's bytecode version."""
     import marshal
-    import os
 
     import kernels
-    from kernels import cache_prune
-    name = cached_name(src, filename)
-    path = os.path.join(kernels.cache_dir(), name)
-    try:
-        with open(path, "rb") as f:
-            code = marshal.loads(f.read())
-        if type(code) is type(_compiled.__code__) and code.co_filename == filename:
-            cache_prune.mark_used(path)
-            return code
-    except Exception:  # noqa: BLE001 - missing or unreadable: compile it
-        pass
-    code = compile(src, filename, "exec")
-    try:
-        kernels.write_cache_file(name, marshal.dumps(code))
-    except OSError:
-        pass
-    return code
+
+    def load(data):
+        code = marshal.loads(data)
+        ok = type(code) is type(_compiled.__code__) and code.co_filename == filename
+        return code if ok else None
+    return kernels.kept(cached_name(src, filename), load,
+                        lambda: compile(src, filename, "exec"), marshal.dumps)
 
 
 def build(prog, step, declined, as_numpy, empty, view, view_ops, small_bytes=0, plain_below=0,

@@ -23,7 +23,7 @@ answers that read from the program). Not in loop bodies (compile_loops hoists th
 import math
 
 from .canonicalize import kernel_node
-from .forward_writes import MAX_ELEMENTS, _static
+from .forward_writes import MAX_ELEMENTS, static_spec
 
 _UPDATES = {"AssignAddVariableOp": "AddV2", "AssignSubVariableOp": "Sub"}
 
@@ -60,7 +60,8 @@ def run(prog):
             continue
         if _update(n, handles):
             cur, d = value.pop(h, None), n.inputs[1]
-            sc, sd = _static(prog, cur) if cur is not None else None, _static(prog, d)
+            sc = static_spec(prog, cur) if cur is not None else None
+            sd = static_spec(prog, d)
             m = None
             if (sc is not None and sd is not None and sc.shape == sd.shape
                     and sc.dtype == sd.dtype

@@ -23,7 +23,8 @@ from .canonicalize import kernel_node
 _UPDATES = {"AssignAddVariableOp": "AddV2", "AssignSubVariableOp": "Sub"}
 
 
-def _static(prog, s):
+def static_spec(prog, s):
+    """The slot's spec when its shape is fully known, else None."""
     spec = prog.slot_specs.get(s)
     return spec if spec is not None and spec.fully_defined else None
 
@@ -35,7 +36,7 @@ MAX_ELEMENTS = 4096
 
 
 def _same(prog, a, b):
-    sa, sb = _static(prog, a), _static(prog, b)
+    sa, sb = static_spec(prog, a), static_spec(prog, b)
     return (sa is not None and sb is not None and sa.shape == sb.shape and sa.dtype == sb.dtype
             and math.prod(sa.shape) <= MAX_ELEMENTS)
 
