@@ -1594,3 +1594,49 @@ def test_group_functions_are_kept_in_the_cache_directory(tf):
     with open(files[0], "rb") as f:
         assert f.read() != b"not a FunctionDef"
     fresh()
+
+
+def test_inference_between_training_steps_sees_the_assigned_values(tf):
+    """computed_updates hands TensorFlow our arrays as the variables' buffers, and the pool
+    reuses a buffer once nothing references it: an inference function whose derived weights
+    are kept between calls by buffer address (filter_cache: its product's transposed weight)
+    and that runs every other training step must still see each step's values."""
+    rng = np.random.default_rng(13)
+    w = tf.Variable(rng.standard_normal((3, 3, 8, 16)).astype(np.float32) * 0.1)
+    b = tf.Variable(rng.standard_normal((16,)).astype(np.float32))
+    d = tf.Variable(rng.standard_normal((16 * 8 * 8, 4)).astype(np.float32) * 0.01)
+    x = tf.constant(rng.standard_normal((2, 8, 8, 8)).astype(np.float32))
+
+    def net(x):
+        h = tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME") + tf.reshape(b, [1, 1, 1, 16]))
+        return tf.matmul(tf.reshape(h, [2, -1]), d)
+
+    def train(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((net(x) - 1.0) ** 2)
+        for v, g in zip((w, b, d), tape.gradient(loss, (w, b, d))):
+            v.assign_sub(0.1 * g)
+        return loss
+
+    from kernels.cpu import filter_cache
+    kept_before = filter_cache._stats["transposed:kept"]
+    functions.clear_cache()
+    with tf_backend.enabled():
+        step, infer = tf.function(train), tf.function(net)
+        seen = []
+        for i in range(12):
+            step(x)
+            if i % 2:
+                got = infer(x).numpy()
+                tf_backend.disable()
+                ref = tf.function(net)(x).numpy()   # stock, on the variables as they are now
+                tf_backend.enable()
+                np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+                assert not any(np.array_equal(got, s) for s in seen)   # the weights moved
+                seen.append(got)
+    progs = {c.name: c.program for c in functions._cache.values()}
+    train_prog = next(p for n, p in progs.items() if "__inference_train" in n)
+    infer_prog = next(p for n, p in progs.items() if "__inference_net" in n)
+    assert any(note.startswith("computed_updates: 3") for note in train_prog.notes)
+    # the inference product kept its weight's transpose, anew for each step's buffer
+    assert filter_cache._stats["transposed:kept"] - kept_before >= len(seen), infer_prog.dump()
