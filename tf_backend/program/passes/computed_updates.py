@@ -23,26 +23,14 @@ answers that read from the program). Not in loop bodies (compile_loops hoists th
 import math
 
 from .canonicalize import kernel_node
-from .forward_writes import MAX_ELEMENTS, static_spec
-
-_UPDATES = {"AssignAddVariableOp": "AddV2", "AssignSubVariableOp": "Sub"}
-
-
-def _read(n, handles):
-    return (n.kind == "stock" and n.op == "ReadVariableOp" and len(n.inputs) == 1
-            and len(n.outputs) == 1 and n.inputs[0] in handles)
-
-
-def _update(n, handles):
-    return (n.kind == "stock" and n.op in _UPDATES and len(n.inputs) == 2 and not n.outputs
-            and n.inputs[0] in handles)
+from .forward_writes import MAX_ELEMENTS, UPDATES, is_read, is_write, static_spec
 
 
 def _read_again(nodes, i, h, handles):
     """Is variable `h` read after node i before anything else takes its handle?"""
     for n in nodes[i + 1:]:
         if h in n.inputs:
-            return _read(n, handles)
+            return is_read(n, handles)
     return False
 
 
@@ -54,11 +42,11 @@ def run(prog):
     nodes, rewritten = [], 0
     for i, n in enumerate(prog.nodes):
         h = n.inputs[0] if n.inputs else None
-        if _read(n, handles):
+        if is_read(n, handles):
             value[h] = n.outputs[0]
             nodes.append(n)
             continue
-        if _update(n, handles):
+        if n.op in UPDATES and is_write(n, handles):
             cur, d = value.pop(h, None), n.inputs[1]
             sc = static_spec(prog, cur) if cur is not None else None
             sd = static_spec(prog, d)
@@ -68,7 +56,7 @@ def run(prog):
                     and not (math.prod(sc.shape) <= MAX_ELEMENTS
                              and _read_again(prog.nodes, i, h, handles))):
                 out = prog.new_slot(f"{n.name}/value")
-                m = kernel_node(f"{n.name}/value", _UPDATES[n.op], [cur, d], [out], sc.dtype,
+                m = kernel_node(f"{n.name}/value", UPDATES[n.op], [cur, d], [out], sc.dtype,
                                 n.where)
             if m is not None:
                 prog.slot_specs[out] = sc

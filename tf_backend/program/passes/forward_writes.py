@@ -20,7 +20,19 @@ import math
 
 from .canonicalize import kernel_node
 
-_UPDATES = {"AssignAddVariableOp": "AddV2", "AssignSubVariableOp": "Sub"}
+UPDATES = {"AssignAddVariableOp": "AddV2", "AssignSubVariableOp": "Sub"}   # op -> its float op
+
+
+def is_read(n, handles):
+    """A TensorFlow ReadVariableOp of one of the program's handles."""
+    return (n.kind == "stock" and n.op == "ReadVariableOp" and len(n.inputs) == 1
+            and len(n.outputs) == 1 and n.inputs[0] in handles)
+
+
+def is_write(n, handles):
+    """A TensorFlow assignment (AssignVariableOp, or an UPDATES op) to one of the handles."""
+    return (n.kind == "stock" and (n.op in UPDATES or n.op == "AssignVariableOp")
+            and len(n.inputs) == 2 and not n.outputs and n.inputs[0] in handles)
 
 
 def static_spec(prog, s):
@@ -48,9 +60,7 @@ def run(prog):
     nodes, forwarded = [], 0
     for n in prog.nodes:
         h = n.inputs[0] if n.inputs else None
-        tf_on_handle = n.kind == "stock" and h in handles
-        if tf_on_handle and n.op == "ReadVariableOp" and len(n.inputs) == 1 \
-                and len(n.outputs) == 1:
+        if is_read(n, handles):
             v = value.get(h)
             if v is not None and _same(prog, v, n.outputs[0]):
                 n.kind, n.op, n.inputs, n.reason, n.raw_attrs = "alias", "Identity", [v], None, ()
@@ -60,15 +70,14 @@ def run(prog):
                 value[h] = n.outputs[0]
             nodes.append(n)
             continue
-        if tf_on_handle and len(n.inputs) == 2 and not n.outputs \
-                and (n.op in _UPDATES or n.op == "AssignVariableOp"):
+        if is_write(n, handles):
             cur, d = value.pop(h, None), n.inputs[1]
             # after AssignVariableOp the value is forgotten: TensorFlow may keep the assigned
             # buffer as the variable's, which an alias of it would let our kernels write into
             if n.op != "AssignVariableOp" and cur is not None and _same(prog, cur, d):
                 out = prog.new_slot(f"{n.name}/forwarded")
                 spec = prog.slot_specs[cur]
-                m = kernel_node(f"{n.name}/forwarded", _UPDATES[n.op], [cur, d], [out],
+                m = kernel_node(f"{n.name}/forwarded", UPDATES[n.op], [cur, d], [out],
                                 spec.dtype, n.where)
                 if m is not None:
                     prog.slot_specs[out] = spec
