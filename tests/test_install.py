@@ -206,3 +206,21 @@ def test_startup_freezes_what_the_imports_made(setting, first):
         assert out["keras_frozen"]   # TensorFlow 2.21 imports Keras itself when first
     else:
         assert out["frozen"] == 0 and not out["jit_frozen"] and not out["keras_frozen"]
+
+
+def test_startup_spin_count_is_the_kernels_one(monkeypatch):
+    """The start-up hook sets numba's OpenMP spin before numba loads (it cannot import
+    kernels.cpu for it): the same value kernels.cpu uses, and a user's own settings win."""
+    from kernels import cpu
+    from tf_backend import _startup
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    _startup.tune_thread_env()
+    assert os.environ["GOMP_SPINCOUNT"] == cpu.SPIN_COUNT
+    monkeypatch.setenv("GOMP_SPINCOUNT", "123")
+    _startup.tune_thread_env()
+    assert os.environ["GOMP_SPINCOUNT"] == "123"
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    _startup.tune_thread_env()
+    assert "GOMP_SPINCOUNT" not in os.environ
