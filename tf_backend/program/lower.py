@@ -255,7 +255,7 @@ def _make_node(prog, graph, op, ins, outs, ctrl, where, depth):
     node.raw_attrs = tfa.raw_attrs(op)
     layout = _data_format(node.raw_attrs)
     info = dispatch.info_for(t)
-    node.stateful = bool(op.op_def.is_stateful)
+    node.stateful = bool(tfa.graph_op_def(op).is_stateful)
     if t in tfa.KERNEL_STATE_OPS:
         node.state_key = (graph.name, op.name)
     if info is None:
@@ -309,7 +309,7 @@ def _xla_call(op, ins, outs, ctrl, where):
     has no grouped convolution kernel). The rest of the enclosing function stays ours."""
     node = Node(op.name, op.type, "stock", ins, outs, ctrl=ctrl, where=where,
                 attrs={"xla_function": op.get_attr("f").name})
-    node.stateful = bool(op.op_def.is_stateful)
+    node.stateful = bool(tfa.graph_op_def(op).is_stateful)
     node.reason = "xla_must_compile"
     return node
 
@@ -339,5 +339,5 @@ def _control_flow(graph, op, ins, outs, ctrl, where, depth):
         subs.append(lower(g, n))
     node = Node(op.name, t, kind, ins, outs, ctrl=ctrl, where=where)
     node.subs = tuple(subs)
-    node.stateful = bool(op.op_def.is_stateful)
+    node.stateful = bool(tfa.graph_op_def(op).is_stateful)
     return node
