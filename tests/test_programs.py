@@ -961,3 +961,43 @@ def test_a_batch_from_an_iterator_selects_a_specialised_program(tf):
                                      if prog.slot_specs[s].dtype.kind != "O")
         assert all(n.out_specs is not None for n in prog.nodes if n.kind == "kernel")
     assert stats["ops"]["IteratorGetNext"]["fallback"] == 3
+
+
+def test_graph_attrs_from_node_def_match_get_attr():
+    """Lowering reads a graph op's attrs from its NodeDef (tf_adapter._graph_attr_values): the
+    values equal Operation.get_attr's for every attr kind a graph has (types, lists of types,
+    shapes, lists of shapes, ints, strings, lists of ints, tensors, functions), and the raw and
+    canonical forms follow from them (a shape attr canonical as a list, unknown rank None)."""
+    import tensorflow as tf
+    from tf_backend import tf_adapter as tfa
+
+    @tf.function
+    def f(x, k):
+        y = tf.nn.conv2d(x, k, [1, 1, 1, 1], "SAME", dilations=[1, 1, 1, 1])
+        y = tf.ensure_shape(y, [2, 5, 5, 3])
+        y = tf.cond(tf.reduce_sum(y) > 0, lambda: y * 2.0, lambda: y)
+        s = tf.strings.as_string(tf.reduce_sum(y))
+        return tf.raw_ops.IdentityN(input=[y, s]), tf.constant([[1.0, 2.0]])
+
+    g = f.get_concrete_function(tf.TensorSpec([2, 5, 5, 4]), tf.TensorSpec([3, 3, 4, 3])).graph
+    seen = set()
+    for op in g.get_operations():
+        values = tfa._graph_attr_values(op)
+        assert [n for n, _, _ in values] == [a.name for a in op.op_def.attr
+                                             if a.name in op.node_def.attr]
+        for name, kind, v in values:
+            want = op.get_attr(name)
+            seen.add(kind)
+            if kind == "shape":
+                assert v == tf.TensorShape(want), (op.type, name)
+            else:
+                assert v == want, (op.type, name)
+    assert {"type", "list(type)", "shape", "list(shape)", "int", "string", "list(int)",
+            "tensor", "func"} <= seen, seen
+    ensure = next(op for op in g.get_operations() if op.type == "EnsureShape")
+    assert tfa.graph_op_attrs(ensure)["shape"] == [2, 5, 5, 3]
+    assert dict(zip(*[iter(tfa.raw_attrs(ensure))] * 2))["shape"] == [2, 5, 5, 3]
+    const = next(op for op in g.get_operations() if op.type == "Const"
+                 and op.outputs[0].shape == (1, 2))
+    np.testing.assert_array_equal(tfa.const_value(const), [[1.0, 2.0]])
+    assert tfa.graph_op_def(ensure) is tfa.graph_op_def(ensure)
