@@ -45,7 +45,6 @@ def _copy_checkout(tmp_path):
     return str(src)
 
 
-@pytest.mark.slow   # long suite: two pip installs into a new venv (27 s warm); fresh_machine.sh runs README's install
 def test_repeated_editable_installs_keep_the_startup_file(tmp_path):
     """Editable install, again with `wheel` present (as TensorFlow's dependencies bring it),
     then a wheel install: the start-up file is in site-packages after each, and the flag runs

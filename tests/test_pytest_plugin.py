@@ -6,7 +6,6 @@ import sys
 import textwrap
 import time
 import xml.etree.ElementTree as ET
-import pytest
 
 SUITE = textwrap.dedent("""
     import numpy as np
@@ -50,7 +49,6 @@ def test_plugin_on_records_ledger_and_hollow_passes(tmp_path):
     assert "1 passing tests ran our kernels, 2 hollow passes" in r.stdout   # Bessel fell back
 
 
-@pytest.mark.slow   # long suite: a child pytest run (24 s warm on the AVX2 EPYC)
 def test_report_at_exit_sums_the_whole_run(tmp_path, monkeypatch):
     """TF_BACKEND_REPORT under the plugin holds every test's counts, not the last test's, with
     and without xdist workers."""
@@ -65,7 +63,6 @@ def test_report_at_exit_sums_the_whole_run(tmp_path, monkeypatch):
         assert doc["ops"]["BesselI0e"]["fallback"] == 1 and doc["totals"]["backend"] >= 3
 
 
-@pytest.mark.slow   # long suite: a child pytest run with xdist workers (19 s warm)
 def test_plugin_summary_counts_xdist_workers_tests(tmp_path):
     r, _ = _run(tmp_path, "--tf-backend=on", "-n", "2",
                 f"--tf-backend-results={tmp_path / 'r.jsonl'}")
@@ -111,7 +108,6 @@ CONFORMANCE_SUITE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow   # long suite: child pytest runs on both sides (16 s warm)
 def test_conformance_command_reports_regression_fix_hollow(tmp_path):
     import json
     (tmp_path / "test_conf.py").write_text(CONFORMANCE_SUITE)
@@ -202,7 +198,6 @@ def _alive(pid):
         return False
 
 
-@pytest.mark.slow   # long suite: child pytest runs until one times out (22 s warm)
 def test_conformance_timed_out_side_is_reported_not_hidden(tmp_path):
     r, res = _conformance(tmp_path, STUCK_SUITE, "--timeout", "15", "--keep", str(tmp_path / "k"))
     assert r.returncode == 2, r.stdout + r.stderr            # a side did not finish
