@@ -116,8 +116,9 @@ def collections_held():
 
 def tune_thread_env():
     """Thread-pool settings the backend runs with (kernels/cpu/__init__.py says why): numba's
-    OpenMP workers spin for kernels.cpu.SPIN_COUNT iterations, then sleep (set here too, since
-    this runs before anything imports numba, and kernels.cpu is too heavy for start-up). A user's own settings win. (A short OpenBLAS
+    OpenMP workers spin for kernels.cpu.SPIN_COUNT iterations, then sleep (set here too: this
+    runs before anything imports numba, and kernels.cpu is too heavy to import at start-up).
+    A user's own settings win. (A short OpenBLAS
     OPENBLAS_THREAD_TIMEOUT was tried: it helps ResNet-50's stock arm but makes every GEMM wake
     sleeping threads; Conv2D 56x56x64 went from 0.9x to 1.5-1.9x of stock.)"""
     if "OMP_WAIT_POLICY" not in os.environ:
