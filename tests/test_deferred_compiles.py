@@ -19,8 +19,9 @@ SCRIPT = textwrap.dedent("""
     x = tf.constant(rng.standard_normal((4, 16, 16, 8)).astype(np.float32))
 
     @tf.function
-    def f(x):   # an elementwise group, a pool, a reduction fused with its elementwise input
-        y = tf.nn.max_pool2d(tf.nn.relu(x * 2.0), 2, 2, "VALID")
+    def f(x):   # an elementwise group, a pool, a reduction fused with its elementwise input,
+        # a constant folded when the program compiles
+        y = tf.nn.max_pool2d(tf.nn.relu(x * 2.0), 2, 2, "VALID") * tf.sqrt(tf.constant(3.0))
         return y + tf.reduce_mean(tf.square(x - 1.0), axis=[1, 2, 3], keepdims=True)
 
     tf_backend.disable()
@@ -65,8 +66,9 @@ def test_cold_cache_compiles_in_a_child_and_tensorflow_runs_meanwhile(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     calls = json.loads([l for l in r.stdout.splitlines() if l.startswith("RESULT ")][-1][7:])
     assert calls[0]["compiling"] > 0, calls          # cold: TensorFlow ran what was compiling
-    # the fused Mul -> Relu group too, op by op (passes/fuse_elementwise.py)
-    assert {"MaxPool", "Relu"} <= set(calls[0]["compiling_ops"]), calls
+    # the fused Mul -> Relu group too, op by op (passes/fuse_elementwise.py), the fused
+    # Square -> Mean pair (passes/fuse_reduce.py) and the constant fold (passes/const_fold.py)
+    assert {"MaxPool", "Relu", "Mean", "Sqrt"} <= set(calls[0]["compiling_ops"]), calls
     assert all(c["same"] for c in calls), calls      # stock's results on every call
     assert calls[-1]["compiling"] == 0, calls        # the child filled the cache
     w = calls[0]["while_pending"]

@@ -617,7 +617,7 @@ def may_defer(frame):
     """Whether the kernel call below `frame` (an `execute`) may decline while its compile runs
     in the background: a kernel node (it falls back in `execute`) or a fused one whose runner
     says it declines (its group's ops on TensorFlow: passes/fuse_elementwise.py,
-    passes/epilogue.py; fused reductions compile here)."""
+    passes/epilogue.py, passes/fuse_reduce.py)."""
     node = frame.f_locals.get("node")
     if node is None:
         return False

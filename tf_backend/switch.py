@@ -48,11 +48,13 @@ def enable(mode="on", force=False, device=None):
 def _defer_compiles():
     """A kernel's first compile for new argument types runs in a child process while
     TensorFlow's kernel runs the call (kernels/cpu/deferred.py): allowed for eager ops and
-    interpreted program nodes, in mode "on" only (strict refuses fallbacks, shadow compares
-    our kernels)."""
+    interpreted program nodes and constant folding, in mode "on" only (strict refuses
+    fallbacks, shadow compares our kernels)."""
+    from .program.passes import const_fold
     c = executor._library("compiles")
     if c is not None:
         c.allow_under(dispatch._outputs.__code__, lambda f: dispatch.mode == "on")
+        c.allow_under(const_fold.run.__code__, lambda f: dispatch.mode == "on")
         c.allow_under(executor.execute.__code__,
                       lambda f: dispatch.mode == "on" and executor.may_defer(f))
 

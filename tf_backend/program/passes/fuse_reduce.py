@@ -2,12 +2,16 @@
 trailing axes becomes one node whose generated loop sums each row as it evaluates the chain
 (the host device's "fusion" library: build_rows_sum): the chain's values never go to memory,
 and one node runs instead of two. The sums are reduction_ops' row sums (blocks of 4096 values,
-vectorised, added in order), so the fused node gives the unfused pair's bits. Where the inputs' broadcast does
-not fit the rows of the reduction, the pair runs unfused.
+vectorised, added in order), so the fused node gives the unfused pair's bits. Where the inputs'
+broadcast does not fit the rows of the reduction, the pair runs unfused; while the fused loop
+compiles in the background (kernels/cpu/deferred.py), the pair runs unfused with the reduction
+on TensorFlow's kernel (compiling it here held a recurrent classifier's cold first step 2.4 s).
 """
 import math
 
 import numpy as np
+
+from shape_fns import Unsupported
 
 from ... import devices, executor
 from ..ir import Node
@@ -82,7 +86,12 @@ def _runner(f, r, k, axis, fusion):
             return _unfused(arrays)
         kern, rows, cols, shape = got
         res = executor.alloc.empty(shape, dt)
-        fusion.run_rows_sum(kern, arrays, res, rows, cols, len(steps))
+        try:
+            fusion.run_rows_sum(kern, arrays, res, rows, cols, len(steps))
+        except Unsupported as u:   # its loop compiles in the background (deferred.py)
+            if not getattr(u, "deferred", False):
+                raise
+            return _declined(arrays, u)
         if mean:   # as reduction_ops.mean: the sum divided by the count
             np.divide(res, res.dtype.type(cols), out=res)
         return [res]
@@ -105,4 +114,13 @@ def _runner(f, r, k, axis, fusion):
         y = f.fn(arrays, f.out_specs)[0]
         return executor.run_kernel(r.kdef, r.shape_fn, [y, axis], r.attrs, r.out_specs)
 
+    def _declined(arrays, why):
+        """The pair unfused for this call: the chain by its own runner (ours, or TensorFlow's
+        kernels while its loop compiles), the reduction on TensorFlow's kernel; a writable array
+        out, as the fused loop's would be."""
+        y = f.fn(arrays, f.out_specs)[0]
+        executor.ledger.fallback(r.op, f"runtime:{why}")
+        return [np.array(executor.as_numpy(executor._stock(r, [y, axis])[0]))]
+
+    run_fused_reduce.declines = True   # a compile in the background: the pair on TensorFlow
     return run_fused_reduce
