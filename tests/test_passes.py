@@ -146,6 +146,57 @@ def test_reduce_fusion_gives_the_unfused_pairs_bits(tf, shape, bshape, axis, kee
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-6 * np.sqrt(n))
 
 
+def test_fused_nodes_decline_part_by_part_while_their_compiles_run(tf, monkeypatch):
+    """A fused node declines (kernels/cpu/deferred.py), so any compile below it may be deferred:
+    while a fused reduction's loop compiles the pair runs unfused (our reduction: the fused
+    loop's bits), and a part whose own compile is deferred runs on TensorFlow's kernel (stock's
+    values, counted as `runtime:compiling`); a fused elementwise group run op by op likewise.
+    Before, such a Deferred left the node failed."""
+    from kernels.cpu.deferred import Deferred
+    from tf_backend import devices, executor
+    rng = np.random.default_rng(5)
+    x = tf.constant(rng.standard_normal((6, 40)).astype(np.float32))
+    b = tf.constant(rng.standard_normal((6, 40)).astype(np.float32))
+
+    def node_of(fn, last):
+        prog = _program(tf, fn, x, b)
+        passes.optimize(prog)
+        (node,) = [n for n in prog.nodes if n.kind == "fused" and n.fused_ops[-1] == last]
+        vals = {**prog.consts, **dict(zip(prog.inputs, (np.asarray(x), np.asarray(b))))}
+        return node, [vals[s] for s in node.inputs]
+
+    def reduce_fn(x, b):
+        return tf.reduce_mean(tf.square(x - b), axis=[1], keepdims=True)
+
+    def chain_fn(x, b):
+        return tf.exp(x * 0.5) - b
+
+    def compiling(*a, **k):
+        raise Deferred("compiling")
+
+    node, arrays = node_of(reduce_fn, "Mean")
+    assert node.fn.declines
+    fused = node.fn(arrays, node.out_specs)[0]
+    fusion = devices.library("fusion")
+    monkeypatch.setattr(fusion, "run_rows_sum", compiling)
+    np.testing.assert_array_equal(node.fn(arrays, node.out_specs)[0], fused)
+    monkeypatch.setattr(executor, "run_kernel", compiling)
+    tf_backend.reset_stats()
+    on_tf = node.fn(arrays, node.out_specs)[0]
+    assert "runtime:compiling" in tf_backend.stats()["ops"]["Mean"]["reasons"]
+    node, arrays = node_of(chain_fn, "Sub")
+    assert node.fn.declines
+    monkeypatch.setattr(fusion, "plan", lambda *a: None)   # the group runs op by op
+    tf_backend.reset_stats()
+    chain = node.fn(arrays, node.out_specs)[0]
+    assert "runtime:compiling" in tf_backend.stats()["ops"]["Exp"]["reasons"]
+    monkeypatch.undo()
+    tf_backend.disable()
+    np.testing.assert_allclose(on_tf, np.asarray(reduce_fn(x, b)), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(on_tf.shape, fused.shape)
+    np.testing.assert_allclose(chain, np.asarray(chain_fn(x, b)), rtol=1e-6, atol=1e-6)
+
+
 def test_reduce_fusion_leaves_other_reductions_alone(tf):
     """Not fused: a reduction over leading axes, and a chain whose value is also used."""
     x = tf.ones((64, 96))

@@ -210,9 +210,9 @@ def _merge(m, n, k, dynamic=False):
         ins.insert(k, buf)
         if n.kind == "fused":
             return n.fn(ins, n.out_specs, out=buf)
-        if dynamic and not _writes_shape(ins, buf.shape):
-            return executor.run_kernel(n.kdef, n.shape_fn, ins, n.attrs)
         try:
+            if dynamic and not _writes_shape(ins, buf.shape):
+                return executor.run_kernel(n.kdef, n.shape_fn, ins, n.attrs)
             n.kdef.fn(ins, [buf], n.attrs)
         except Unsupported as u:   # compiling in the background (kernels/cpu/deferred.py)
             return executor.declined(n, ins, u)

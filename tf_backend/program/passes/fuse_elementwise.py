@@ -152,8 +152,13 @@ def _runner(fusion, dt, n_in, steps, order, ext, root):
         return [np.array(executor.as_numpy(_one_by_one(arrays, stock)))]
 
     def _unfused(arrays):
-        return [_one_by_one(arrays, lambda n, ins: executor.run_kernel(
-            n.kdef, n.shape_fn, ins, n.attrs)[0])]
+        try:
+            return [_one_by_one(arrays, lambda n, ins: executor.run_kernel(
+                n.kdef, n.shape_fn, ins, n.attrs)[0])]
+        except Unsupported as u:   # an op's compile runs in the background (the node declines)
+            if not getattr(u, "deferred", False):
+                raise
+            return _on_tensorflow(arrays, u)
 
     run_fused.declines = True   # a compile in the background: its ops on TensorFlow
     return run_fused

@@ -3,9 +3,10 @@ trailing axes becomes one node whose generated loop sums each row as it evaluate
 (the host device's "fusion" library: build_rows_sum): the chain's values never go to memory,
 and one node runs instead of two. The sums are reduction_ops' row sums (blocks of 4096 values,
 vectorised, added in order), so the fused node gives the unfused pair's bits. Where the inputs'
-broadcast does not fit the rows of the reduction, the pair runs unfused; while the fused loop
-compiles in the background (kernels/cpu/deferred.py), the pair runs unfused with the reduction
-on TensorFlow's kernel (compiling it here held a recurrent classifier's cold first step 2.4 s).
+broadcast does not fit the rows of the reduction, and while the fused loop compiles in the
+background (kernels/cpu/deferred.py; compiling it here held a recurrent classifier's cold first
+step 2.4 s), the pair runs unfused, each part declining to TensorFlow while its own compile
+runs: the node declines (`declines`), so any compile below it may be deferred.
 """
 import math
 
@@ -91,7 +92,7 @@ def _runner(f, r, k, axis, fusion):
         except Unsupported as u:   # its loop compiles in the background (deferred.py)
             if not getattr(u, "deferred", False):
                 raise
-            return _declined(arrays, u)
+            return _unfused(arrays)
         if mean:   # as reduction_ops.mean: the sum divided by the count
             np.divide(res, res.dtype.type(cols), out=res)
         return [res]
@@ -111,16 +112,18 @@ def _runner(f, r, k, axis, fusion):
         return fusion.build_rows_sum(dt, n_in, steps, p[0]), rows, cols, shape
 
     def _unfused(arrays):
+        """The pair one after the other: the chain by its own runner (ours, or TensorFlow's
+        kernels while its loop compiles), then our reduction (the fused loop's bits), or
+        TensorFlow's while that compiles in the background; a writable array out."""
         y = f.fn(arrays, f.out_specs)[0]
-        return executor.run_kernel(r.kdef, r.shape_fn, [y, axis], r.attrs, r.out_specs)
-
-    def _declined(arrays, why):
-        """The pair unfused for this call: the chain by its own runner (ours, or TensorFlow's
-        kernels while its loop compiles), the reduction on TensorFlow's kernel; a writable array
-        out, as the fused loop's would be."""
-        y = f.fn(arrays, f.out_specs)[0]
+        try:
+            return executor.run_kernel(r.kdef, r.shape_fn, [y, axis], r.attrs, r.out_specs)
+        except Unsupported as u:
+            if not getattr(u, "deferred", False):
+                raise
+            why = u
         executor.ledger.fallback(r.op, f"runtime:{why}")
-        return [np.array(executor.as_numpy(executor._stock(r, [y, axis])[0]))]
+        return [np.array(executor.as_numpy(executor.stock_outputs(r, [y, axis])[0]))]
 
     run_fused_reduce.declines = True   # a compile in the background: the pair on TensorFlow
     return run_fused_reduce
