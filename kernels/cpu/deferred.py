@@ -12,9 +12,10 @@ cores' idle time, as the compiled loops and regions already do (loops.compile_el
 
 Which calls may decline: the host runtime registers the frames that fall back to TensorFlow on
 Unsupported (`allow_under`: an eager op's kernel call, a constant fold, an interpreted program
-node whose kernel has not written anything yet). At a compile the innermost such frame on the stack decides; with
-none (a generated driver, a loop body, a kernel called from a helper), and for functions
-without an on-disk cache or not reachable from their module, numba compiles here as before.
+node whose kernel has not written anything yet). At a compile the innermost such frame on the
+stack decides; with none (a generated driver, a loop body, a kernel called from a helper), and
+for functions without an on-disk cache or not reachable from their module, numba compiles here
+as before.
 Compiles nested in an allowed compile always run here. `mode("sync")` (tests, shadow and
 strict modes) turns it off: the first call compiles and runs our kernel.
 """
