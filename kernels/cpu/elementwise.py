@@ -366,11 +366,11 @@ def ensure_helpers(fn):
     from their plain functions `{op}_{kind}_s` (and theirs, in turn), before numba compiles or
     loads it: created on first use instead of all 393 at import (80 ms of every start).
 
-    A dispatcher is inlined by LLVM (forceinline) into the loops that call it, at two to four
+    A dispatcher is inlined by LLVM (forceinline) into the loops that call it, at one to four
     sites each, rather than by numba, whose IR inliner types the function again at every site
-    (float16 and float32 loops compiled 1.4-1.5x faster so). A function with a branch
+    (float16 and float32 loops compiled 1.2-1.4x faster so). A function with a branch
     (`x / y if y != 0 else 0.0`) is the exception: compiled alone, LLVM optimises its branch
-    into a form the loop vectoriser then leaves scalar (DivNoNan float16 8x slower), so numba
+    into a form the loop vectoriser then leaves scalar (DivNoNan float16 9-11x slower), so numba
     inlines it and LLVM sees the branch in the loop."""
     import numba
     g = fn.__globals__
