@@ -186,3 +186,36 @@ def test_elf_symbols_of_a_non_elf_or_malformed_object_are_left_to_numba():
     assert _elf_defined_symbols(b"") is None
     truncated = b"\x7fELF\x02\x01" + bytes(0x22) + (10**6).to_bytes(8, "little") + bytes(20)
     assert _elf_defined_symbols(truncated) is None
+
+
+def test_writeable_and_read_only_inputs_share_one_compile():
+    """jit.readonly_inputs: an elementwise loop called with a tensor's read-only view and with a
+    writeable buffer compiles once (the read-only signature); the output stays writeable, the
+    values are the same, and a loop given a read-only output still fails as numba does."""
+    import numpy as np
+    import pytest
+    from numba.core import errors as nerr
+    from kernels.cpu import elementwise as ew
+    from kernels.cpu.jit import readonly_inputs
+    from numba import njit
+
+    L = ew._Loops("AddV2_f")
+    x = np.arange(7, dtype=np.float64)
+    ro = x.copy()
+    ro.flags.writeable = False
+    out_a, out_b = np.empty(7), np.empty(7)
+    L.loop(ro, ro, out_a, True, True)
+    L.loop(x, x.copy(), out_b, True, True)
+    np.testing.assert_array_equal(out_a, 2 * x)
+    np.testing.assert_array_equal(out_b, 2 * x)
+    f64 = [s for s in L.loop.signatures if str(s[0].dtype) == "float64"]
+    assert len(f64) == 1 and not f64[0][0].mutable and f64[0][2].mutable, L.loop.signatures
+
+    def copy(x, out):
+        for i in range(out.size):
+            out[i] = x[i]
+
+    fn = readonly_inputs(njit(copy), ("out",))
+    with pytest.raises(nerr.TypingError):
+        fn(x, ro)
+    np.testing.assert_array_equal(ro, x)

@@ -24,6 +24,7 @@ import numpy as np
 
 import kernels
 from kernels import cache_prune, kernel
+from kernels.cpu import jit
 from kernels.cpu.half_bits import bits
 from kernels.elementwise_table import TABLE
 from shape_fns import errors
@@ -335,6 +336,10 @@ def _load_generated():
 GEN = _load_generated()
 _ufuncs = {}
 _build_lock = threading.Lock()
+# the array each loop writes (by the templates' parameter names; the others are read-only to
+# numba, jit.readonly_inputs): `out`, or the operand an in-place loop writes
+_WRITES = {"iloop": "x", "xloop": "x", "bix": "x", "pbix": "x",
+           "yloop": "y", "biy": "y", "pbiy": "y", "chk": ""}
 
 
 class _Loops:
@@ -352,8 +357,9 @@ class _Loops:
             d = self.__dict__.get(name)
             if d is None:
                 ensure_helpers(fn)
-                d = numba.njit(cache=True, nogil=True, parallel=fn.parallel,
-                               error_model="numpy")(fn)
+                d = jit.readonly_inputs(
+                    numba.njit(cache=True, nogil=True, parallel=fn.parallel,
+                               error_model="numpy")(fn), (_WRITES.get(name, "out"),))
                 setattr(self, name, d)
         return d
 

@@ -25,6 +25,42 @@ def parallel(fn, **options):
     return njit(**opts)(clone)
 
 
+def readonly_inputs(disp, written):
+    """Compile `disp` (a numba dispatcher) with its array arguments typed read-only, but those
+    whose parameter is named in `written`, whatever the flags of the arrays it is called with;
+    returns `disp`.
+
+    numba types an array's writeable flag: an input that is a tensor's read-only view and one
+    that is our own buffer are two signatures, two compiles of the same machine code (a cold
+    default test run compiled 67 elementwise loops twice so, 27 s). Here a call with writeable
+    inputs compiles, or loads from the disk cache, the read-only signature and files the
+    entry point under both (read-only and writeable arrays have one data model, so the
+    compiled function unboxes either); writing an input stays a typing error, as before."""
+    import inspect
+    from numba.core import sigutils, types as nt
+    from numba.core.compiler_lock import global_compiler_lock
+    names = list(inspect.signature(disp.py_func).parameters)
+    reads = {i for i, n in enumerate(names) if n not in written}
+    compile_exact = disp.compile
+
+    def compile(sig):
+        args, _ = sigutils.normalize_signature(sig)
+        args = tuple(args)
+        ro = tuple(a.copy(readonly=True)
+                   if i in reads and isinstance(a, nt.Array) and a.mutable else a
+                   for i, a in enumerate(args))
+        if ro == args:
+            return compile_exact(sig)
+        entry = compile_exact(ro)
+        with global_compiler_lock:
+            cres = disp.overloads[ro]
+            disp._insert([a._code for a in args], cres.entry_point, cres.objectmode)
+        return entry
+
+    disp.compile = compile
+    return disp
+
+
 def named(fn, name):
     """fn under a qualified name of its own, for a function a factory makes in variants.
     numba names a compiled function by module, qualified name, argument types and a counter
