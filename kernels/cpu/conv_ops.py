@@ -186,8 +186,8 @@ def _backprop_input_by_blocks(f, dy, dx, g):
 
 _im2col_s = njit(cache=True, nogil=True)(_im2col)
 _im2col_p = jit.parallel(_im2col)
-_runs_s = njit(cache=True, nogil=True)(_im2col_runs)
-_runs_p = jit.parallel(_im2col_runs)
+_runs_s = jit.readonly_inputs(njit(cache=True, nogil=True)(_im2col_runs), ("cols",))
+_runs_p = jit.readonly_inputs(jit.parallel(_im2col_runs), ("cols",))
 _col2im_s = njit(cache=True, nogil=True)(_col2im)
 _col2im_p = jit.parallel(_col2im)
 
@@ -400,8 +400,9 @@ def _filter_grad_few(x, dy, part, KH, KW, sh, sw, dh, dw, pt, pl):
                                 a[o] += v * g[o]
 
 
-_FEW = (njit(cache=True, nogil=True, error_model="numpy")(_filter_grad_few),
-        jit.parallel(_filter_grad_few, error_model="numpy"))
+_FEW = tuple(jit.readonly_inputs(d, ("part",)) for d in (
+    njit(cache=True, nogil=True, error_model="numpy")(_filter_grad_few),
+    jit.parallel(_filter_grad_few, error_model="numpy")))
 FEW_MAX = 4096   # filter gradient elements (16 KiB of float32) for _filter_grad_few
 FEW_CHANNELS = 4  # input channels up to which it runs (a network's first layer: gray, RGB(A))
 FEW_TILES_MIN_PIXELS = 4096   # output pixels from which the float32 tiles run it (AMD EPYC Zen 5:

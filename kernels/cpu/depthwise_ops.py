@@ -249,7 +249,8 @@ _tap = _sjit(_tap)
 _row3 = _sjit(_row3)
 _interior3 = _sjit(_interior3)
 _pixel = _sjit(_pixel)
-_forward_s, _forward_p = _sjit(_forward), _pjit(_forward)
+_forward_s, _forward_p = (jit.readonly_inputs(_sjit(_forward), ("out",)),
+                          jit.readonly_inputs(_pjit(_forward), ("out",)))
 _backprop_input_s, _backprop_input_p = _sjit(_backprop_input), _pjit(_backprop_input)
 _backprop_filter_s, _backprop_filter_p = _sjit(_backprop_filter), _pjit(_backprop_filter)
 

@@ -226,7 +226,7 @@ def _nt(a, bt, out):
 
 
 _NT_MATH = {"reassoc", "contract"}   # no nnan/ninf: Inf and NaN keep their IEEE results
-_nt_team = jit.parallel(_nt, fastmath=_NT_MATH)
+_nt_team = jit.readonly_inputs(jit.parallel(_nt, fastmath=_NT_MATH), ("out",))
 
 NN_ROWS_MAX = 8      # rows up to which a weight too large to keep transposed runs `_nn`
 NN_CHUNK = 1024      # rows of the weight per partial sum of `_nn`

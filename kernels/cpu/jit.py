@@ -41,7 +41,9 @@ def readonly_inputs(disp, written):
     from numba.core.compiler_lock import global_compiler_lock
     names = list(inspect.signature(disp.py_func).parameters)
     reads = {i for i, n in enumerate(names) if n not in written}
-    compile_exact = disp.compile
+
+    def compile_exact(sig):   # the class's, looked up at each call (deferred.py replaces it)
+        return type(disp).compile(disp, sig)
 
     def compile(sig):
         args, _ = sigutils.normalize_signature(sig)

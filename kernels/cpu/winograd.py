@@ -150,11 +150,11 @@ def _output_transform(M, out, p0, p1, TH, TW):
     return bad
 
 
-_in_s = njit(cache=True, nogil=True)(_input_transform)
-_in_p = jit.parallel(_input_transform)
+_in_s = jit.readonly_inputs(njit(cache=True, nogil=True)(_input_transform), ("V",))
+_in_p = jit.readonly_inputs(jit.parallel(_input_transform), ("V",))
 _out_s = njit(cache=True, nogil=True)(_output_transform)
 _out_p = jit.parallel(_output_transform)
-_filter = njit(cache=True, nogil=True)(_filter_transform)
+_filter = jit.readonly_inputs(njit(cache=True, nogil=True)(_filter_transform), ("U",))
 
 
 def conv3x3(x, f, out, g, cache=False):
