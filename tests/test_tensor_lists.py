@@ -13,6 +13,16 @@ LIST_OPS = ("TensorListPushBack", "TensorListPopBack", "TensorListSetItem",
             "TensorListGetItem", "TensorListReserve", "TensorListStack", "TensorListFromTensor")
 
 
+@pytest.fixture(autouse=True)
+def _interpreted_loops(monkeypatch):
+    """While loops run interpreted here, their list ops on runtime/lists.py (this file's
+    subject); a loop that compiles to one numba function keeps its lists as buffers of its own
+    (tests/test_compiled_loops.py, tests/test_loop_split.py), and compiling Keras' LSTM and GRU
+    loops again for these shapes was most of this file's time on a cold cache (46-90 s)."""
+    from tf_backend import executor
+    monkeypatch.setattr(executor, "LOOPS", False)
+
+
 def _both(tf, fn, *args):
     stock = [np.asarray(t) for t in tf.nest.flatten(fn(*args))]
     functions.clear_cache()
