@@ -22,8 +22,19 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running suites, not in the default CI run")
 
 
+# Modules whose tests run for tens of seconds each on a cold cache (Keras fits, compiled
+# recurrent loops, subprocess runs of pytest, pip and several workers), run first: pytest-xdist
+# hands each worker runs of consecutive tests, and these at the end of the alphabet (test_zoo's
+# fits) kept one worker busy while the other had nothing left.
+HEAVY_FIRST = ("test_zoo.py", "test_compiled_loops.py", "test_loop_split.py", "test_cli_ab.py",
+               "test_pytest_plugin.py", "test_multiworker.py", "test_install.py",
+               "test_autotune.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """`slow` tests run only when selected by marker (`-m slow`)."""
+    """Heavy modules first (HEAVY_FIRST, in collection order); `slow` tests run only when
+    selected by marker (`-m slow`)."""
+    items.sort(key=lambda item: item.path.name not in HEAVY_FIRST)
     if "slow" in (config.getoption("markexpr") or ""):
         return
     skip = pytest.mark.skip(reason="slow: run with -m slow")
