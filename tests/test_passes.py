@@ -1261,21 +1261,28 @@ def _check_in_place(names):
                         if j != k:
                             np.testing.assert_array_equal(mine[j], x)
                     checked += 1
-    # the parallel loops (from elementwise.PARALLEL_MIN elements), flat and by blocks
+    # the parallel loops (from elementwise.PARALLEL_MIN elements, on a thread numba gives
+    # more than one: pytest-xdist workers have one), flat and by blocks
+    import numba
     from kernels.cpu import elementwise
     n = elementwise.PARALLEL_MIN
-    for name in ("AddV2", "Mul"):
-        kdef, _ = kernels.lookup(name, "cpu", {"T": np.dtype(np.float32)})
-        a = rng.standard_normal((n // 64 + 1, 64)).astype(np.float32)
-        for other in (rng.standard_normal(a.shape), rng.standard_normal(64),
-                      rng.standard_normal((a.shape[0], 1))):
-            b = other.astype(np.float32)
-            fresh = np.empty(a.shape, np.float32)
-            kdef.fn([a, b], [fresh], {"T": np.dtype(np.float32)})
-            mine = a.copy()
-            kdef.fn([mine, b], [mine], {"T": np.dtype(np.float32)})
-            np.testing.assert_array_equal(mine, fresh)
-            checked += 1
+    before = numba.get_num_threads()
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    try:
+        for name in ("AddV2", "Mul"):
+            kdef, _ = kernels.lookup(name, "cpu", {"T": np.dtype(np.float32)})
+            a = rng.standard_normal((n // 64 + 1, 64)).astype(np.float32)
+            for other in (rng.standard_normal(a.shape), rng.standard_normal(64),
+                          rng.standard_normal((a.shape[0], 1))):
+                b = other.astype(np.float32)
+                fresh = np.empty(a.shape, np.float32)
+                kdef.fn([a, b], [fresh], {"T": np.dtype(np.float32)})
+                mine = a.copy()
+                kdef.fn([mine, b], [mine], {"T": np.dtype(np.float32)})
+                np.testing.assert_array_equal(mine, fresh)
+                checked += 1
+    finally:
+        numba.set_num_threads(before)
     return checked
 
 

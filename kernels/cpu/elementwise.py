@@ -21,6 +21,7 @@ import sys
 import threading
 
 import numpy as np
+from numba import get_num_threads
 
 import kernels
 from kernels import cache_prune, kernel
@@ -481,6 +482,15 @@ def _with_stock_tail(run, name):
     return run_tail
 
 
+def _parallel(n):
+    """Whether a loop over n elements runs on numba's team: from PARALLEL_MIN elements, and only
+    when numba gives this thread more than one (as fused loops, fusion._call): on one, the
+    parallel loop does the serial loop's work behind a parallel region's set-up, and costs a
+    compile of its own (1.3-2 s each; a cold default test run, whose workers have one thread
+    each, compiled ~90 of them)."""
+    return n >= PARALLEL_MIN and get_num_threads() > 1
+
+
 def _make_unary(entry, kind):
     f = f"{entry.name}_{kind}"
     L = _Loops(f)
@@ -495,7 +505,7 @@ def _make_unary(entry, kind):
             if n == 0:
                 return
             p = tuple(attrs[k] for k in params)
-            if n >= PARALLEL_MIN:
+            if _parallel(n):
                 L.ploop(inputs[0].ravel(), out.ravel(), *p)
             elif out is inputs[0]:
                 L.iloop(out.ravel(), *p)
@@ -507,7 +517,7 @@ def _make_unary(entry, kind):
             n = out.size
             if n == 0:
                 return
-            if n >= PARALLEL_MIN:
+            if _parallel(n):
                 L.ploop(inputs[0].ravel(), out.ravel())
             elif out is inputs[0]:
                 L.iloop(out.ravel())
@@ -557,7 +567,7 @@ def _make_binary(entry, kind):
         p = tuple(attrs[k] for k in params) if params else ()
         xs, ys = x.size, y.size
         if (xs == n or xs == 1) and (ys == n or ys == 1):
-            if n >= PARALLEL_MIN:
+            if _parallel(n):
                 L.ploop(x.ravel(), y.ravel(), out.ravel(), xs == n, ys == n, *p)
             elif out is x:    # in place (programs reuse a dead input's buffer): a loop over one
                 # array, which LLVM vectorises; out[i] = f(x[i], ..) with out and x the same
@@ -575,7 +585,7 @@ def _make_binary(entry, kind):
                    _blocks(out.shape, x.shape, n, xs) if ys == n else None)
             if blk is not None:
                 m, k, inner = blk
-                par = n >= PARALLEL_MIN
+                par = _parallel(n)
                 if xs == n:
                     x, y = x.reshape(m, k), y.ravel()
                     if out is inputs[0]:    # in place (see above)
