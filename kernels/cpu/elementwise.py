@@ -486,8 +486,8 @@ def _parallel(n):
     """Whether a loop over n elements runs on numba's team: from PARALLEL_MIN elements, and only
     when numba gives this thread more than one (as fused loops, fusion._call): on one, the
     parallel loop does the serial loop's work behind a parallel region's set-up, and costs a
-    compile of its own (1.3-2 s each; a cold default test run, whose workers have one thread
-    each, compiled ~90 of them)."""
+    compile of its own (0.9-1.3 s each on the AVX2 EPYC; a cold default test run, whose workers
+    have one thread each, compiled ~90 of them, ~100 s)."""
     return n >= PARALLEL_MIN and get_num_threads() > 1
 
 
