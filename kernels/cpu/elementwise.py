@@ -31,6 +31,10 @@ from kernels.elementwise_table import TABLE
 from shape_fns import errors
 
 PARALLEL_MIN = 1 << 17   # elements; below this the thread fork/join costs more than it saves
+# ... and only on a thread numba gives more than one (as fused loops, fusion._call): on one, the
+# parallel loop does the serial loop's work behind a parallel region's set-up and costs a
+# compile of its own (0.9-1.3 s each on the AVX2 EPYC; a cold default test run, whose workers
+# have one thread each, compiled ~90). Checked inline after the size (the kernels' hot path).
 # Half dtypes get kinds of their own; their kernels wrap the float32 ("f") scalar functions.
 HALF_KINDS = {"float16": "h", "bfloat16": "bf"}
 _CONV = {"h": ("h2f", "f2h"), "bf": ("bf2f", "f2bf")}
@@ -482,15 +486,6 @@ def _with_stock_tail(run, name):
     return run_tail
 
 
-def _parallel(n):
-    """Whether a loop over n elements runs on numba's team: from PARALLEL_MIN elements, and only
-    when numba gives this thread more than one (as fused loops, fusion._call): on one, the
-    parallel loop does the serial loop's work behind a parallel region's set-up, and costs a
-    compile of its own (0.9-1.3 s each on the AVX2 EPYC; a cold default test run, whose workers
-    have one thread each, compiled ~90 of them, ~100 s)."""
-    return n >= PARALLEL_MIN and get_num_threads() > 1
-
-
 def _make_unary(entry, kind):
     f = f"{entry.name}_{kind}"
     L = _Loops(f)
@@ -505,7 +500,7 @@ def _make_unary(entry, kind):
             if n == 0:
                 return
             p = tuple(attrs[k] for k in params)
-            if _parallel(n):
+            if n >= PARALLEL_MIN and get_num_threads() > 1:
                 L.ploop(inputs[0].ravel(), out.ravel(), *p)
             elif out is inputs[0]:
                 L.iloop(out.ravel(), *p)
@@ -517,7 +512,7 @@ def _make_unary(entry, kind):
             n = out.size
             if n == 0:
                 return
-            if _parallel(n):
+            if n >= PARALLEL_MIN and get_num_threads() > 1:
                 L.ploop(inputs[0].ravel(), out.ravel())
             elif out is inputs[0]:
                 L.iloop(out.ravel())
@@ -567,7 +562,7 @@ def _make_binary(entry, kind):
         p = tuple(attrs[k] for k in params) if params else ()
         xs, ys = x.size, y.size
         if (xs == n or xs == 1) and (ys == n or ys == 1):
-            if _parallel(n):
+            if n >= PARALLEL_MIN and get_num_threads() > 1:
                 L.ploop(x.ravel(), y.ravel(), out.ravel(), xs == n, ys == n, *p)
             elif out is x:    # in place (programs reuse a dead input's buffer): a loop over one
                 # array, which LLVM vectorises; out[i] = f(x[i], ..) with out and x the same
@@ -585,7 +580,7 @@ def _make_binary(entry, kind):
                    _blocks(out.shape, x.shape, n, xs) if ys == n else None)
             if blk is not None:
                 m, k, inner = blk
-                par = _parallel(n)
+                par = n >= PARALLEL_MIN and get_num_threads() > 1
                 if xs == n:
                     x, y = x.reshape(m, k), y.ravel()
                     if out is inputs[0]:    # in place (see above)
