@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tf_backend
-from tf_backend import functions
+from tf_backend import functions, numerics
 from tf_backend.program import lower, passes
 from tf_backend.program.passes import const_fold, dce, fuse_elementwise, identity, shapes
 
@@ -1510,6 +1510,45 @@ def test_transpose_undoing_a_transpose_is_its_input(tf):
     dce.run(prog)
     prog.finalize()
     assert sum(n.op == "Transpose" for n in prog.nodes) == 2
+
+
+def test_transposes_fold_into_products_flags(tf):
+    from tf_backend.program.passes import canonicalize
+    rng = np.random.default_rng(3)
+    w = tf.constant(rng.standard_normal((5, 5)).astype(np.float32))
+    x = tf.constant(rng.standard_normal((5, 5)).astype(np.float32))
+    b3 = tf.constant(rng.standard_normal((2, 6, 3)).astype(np.float64))
+
+    def fold(x, b3):
+        y = x
+        for _ in range(3):   # a chain: each transpose becomes the next product's transpose_a
+            y = tf.transpose(tf.matmul(y, w))
+        z = tf.matmul(w, tf.transpose(x), transpose_b=True)   # a flag flips back to False
+        q = tf.linalg.matmul(tf.transpose(b3, [0, 2, 1]), b3)
+        r = tf.linalg.matmul(b3, tf.transpose(b3, [0, 2, 1]))
+        t = tf.transpose(b3, [0, 2, 1])
+        s = tf.linalg.matmul(t, t, adjoint_a=True)   # both operands read one transpose
+        return y, z, q, r, s
+
+    def keep(x, b3):   # a transpose another node reads stays; other perms are not folded
+        t = tf.transpose(x)
+        return (tf.matmul(t, w), t * 2.0,
+                tf.linalg.matmul(tf.transpose(b3, [2, 1, 0]), tf.ones((3, 2, 4), tf.float64)))
+
+    def transposes(fn):
+        prog = _program(tf, fn, x, b3)
+        identity.run(prog)
+        canonicalize.run(prog)
+        dce.run(prog)
+        prog.finalize()
+        return sum(n.op == "Transpose" for n in prog.nodes)
+
+    assert transposes(fold) == 1   # the chain's last one is an output
+    assert transposes(keep) == 2
+    for fn in (fold, keep):
+        want = [t.numpy() for t in tf.function(fn)(x, b3)]
+        for a, b in zip(_run(tf, fn, x, b3), want):   # (the chain: three products' rounding)
+            assert numerics.compare(a, b, "reduction", reduction_len=6 ** 3) is None
 
 
 def test_stacked_list_of_a_tensor_shares_its_rows_read_only(tf):

@@ -20,8 +20,7 @@ def csr_set(v):
     fp_env_set(v)
 
 
-@njit(cache=True, nogil=True)
-def mm32(a, b, out, ta, tb):
+def _mm32(a, b, out, ta, tb):
     """out = op(a) @ op(b) for C-contiguous float32 arrays, one BLAS call on this thread
     (numpy's OpenBLAS; the caller holds its thread count)."""
     M, N = out.shape
@@ -31,12 +30,17 @@ def mm32(a, b, out, ta, tb):
            out.ctypes.data, max(N, 1))
 
 
-@njit(cache=True, nogil=True)
-def mm64(a, b, out, ta, tb):
+def _mm64(a, b, out, ta, tb):
     M, N = out.shape
     _dgemm(_ROW_MAJOR, _TRANS if ta else _NO_TRANS, _TRANS if tb else _NO_TRANS, M, N,
            a.shape[0] if ta else a.shape[1], 1.0, a.ctypes.data, max(a.shape[1], 1),
            b.ctypes.data, max(b.shape[1], 1), 0.0, out.ctypes.data, max(N, 1))
+
+
+# the MatMul kernel calls them too, with tensors' read-only views (jit.readonly_inputs: one
+# compile for both kinds of operands)
+mm32 = jit.readonly_inputs(njit(cache=True, nogil=True)(_mm32), ("out",))
+mm64 = jit.readonly_inputs(njit(cache=True, nogil=True)(_mm64), ("out",))
 
 
 def _mm2_32(a1, b1, o1, ta1, tb1, a2, b2, o2, ta2, tb2):

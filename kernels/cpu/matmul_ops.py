@@ -10,6 +10,7 @@ from numba import njit, prange
 
 from kernels import kernel
 from kernels.cpu import bf16_gemm, gemm
+from kernels.cpu.loop_helpers import mm32, mm64
 from kernels.cpu.reduction_ops import quiet
 
 NUM = ("float32", "float64", "int32", "int64")
@@ -84,12 +85,21 @@ _TINY_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 @kernel("MatMul", dtypes=NUM + HALF)
 def matmul(inputs, outputs, attrs):
     a, b = inputs
-    a = a.T if attrs["transpose_a"] else a
-    b = b.T if attrs["transpose_b"] else b
+    ta, tb = attrs["transpose_a"], attrs["transpose_b"]
     out = outputs[0]
-    if out.size * a.shape[1] < gemm.TINY and out.dtype in _TINY_FLOATS:
-        quiet(np.matmul, a, b, out=out)   # what gemm.matmul does with it, three calls sooner
+    k = a.shape[1 - ta]
+    if out.size * k < gemm.TINY and out.dtype in _TINY_FLOATS:
+        if (out.size and k and a.dtype == out.dtype and b.dtype == out.dtype
+                and a.flags.c_contiguous and b.flags.c_contiguous and gemm.available()):
+            # one BLAS call from numba, as compiled regions make it: np.matmul spends ~1 us
+            # before its BLAS call (a 4x4 product 2.4 -> 0.9 us, AMD EPYC Zen 3)
+            (mm32 if out.dtype.itemsize == 4 else mm64)(a, b, out, ta, tb)
+            return
+        # what gemm.matmul does with it, three calls sooner
+        quiet(np.matmul, a.T if ta else a, b.T if tb else b, out=out)
         return
+    a = a.T if ta else a
+    b = b.T if tb else b
     _product(a, b, out, attrs.get("_filter_is_variable", False))
 
 

@@ -6,6 +6,10 @@
   elementwise ops on channel vectors, so the affine fuses into its neighbours.
 - Transpose(Transpose(x, p1), p2) with p1 then p2 the identity -> x (Keras' recurrent layers
   stacked: one layer's output goes back to time-major, the next layer's input to batch-major).
+- MatMul(Transpose(x, [1, 0]), y) -> MatMul(x, y, transpose_a=True), either operand, and
+  BatchMatMul's adjoint flags for a transpose of the last two axes (real dtypes), as Grappler's
+  FoldTransposeIntoMatMul does for stock's tf.function; the transpose goes when nothing else
+  reads it. Not in loop bodies, whose products compile_loops splits by their flags.
 """
 import numpy as np
 
@@ -50,7 +54,44 @@ def run(prog):
     if bias or bn:
         prog.notes.append(f"canonicalize: {bias} BiasAdd -> AddV2, {bn} FusedBatchNormV3 -> affine")
     _transpose_pairs(prog)
+    if not getattr(prog, "nested", False):
+        _transpose_into_products(prog)
     return prog
+
+
+# product op -> its flags for the first and second operand
+_FLAGS = {"MatMul": ("transpose_a", "transpose_b"), "BatchMatMul": ("adj_x", "adj_y"),
+          "BatchMatMulV2": ("adj_x", "adj_y"), "BatchMatMulV3": ("adj_x", "adj_y")}
+
+
+def _transpose_into_products(prog):
+    producer = {o: n for n in prog.nodes for o in n.outputs}
+    waited = {id(c) for n in prog.nodes for c in n.ctrl}
+    folded = 0
+    for n in prog.nodes:
+        flags = _FLAGS.get(n.op)
+        if flags is None or n.kind != "kernel" or any(f not in n.attrs for f in flags):
+            continue
+        for k, flag in enumerate(flags):
+            t = producer.get(n.inputs[k])
+            if t is None or t.op != "Transpose" or t.kind != "kernel" or t.ctrl or id(t) in waited:
+                continue
+            perm, spec = _perm(prog, t.inputs[1]), prog.slot_specs.get(t.inputs[0])
+            if (perm is None or spec is None or spec.shape is None or len(perm) != len(spec.shape)
+                    or spec.dtype.kind != "f" or len(perm) < 2
+                    or (n.op == "MatMul" and len(perm) != 2)
+                    or perm != list(range(len(perm) - 2)) + [len(perm) - 1, len(perm) - 2]):
+                continue
+            n.inputs[k] = t.inputs[0]
+            n.attrs = dict(n.attrs, **{flag: not n.attrs[flag]})
+            raw = list(n.raw_attrs)
+            for i in range(0, len(raw) - 1, 2):
+                if raw[i] == flag:
+                    raw[i + 1] = n.attrs[flag]
+            n.raw_attrs = tuple(raw)
+            folded += 1
+    if folded:
+        prog.notes.append(f"canonicalize: {folded} transposes folded into products' flags")
 
 
 def _perm(prog, slot):
