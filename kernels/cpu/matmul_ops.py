@@ -87,7 +87,7 @@ def matmul(inputs, outputs, attrs):
     a, b = inputs
     ta, tb = attrs["transpose_a"], attrs["transpose_b"]
     out = outputs[0]
-    k = a.shape[1 - ta]
+    k = a.shape[0] if ta else a.shape[1]
     if out.size * k < gemm.TINY and out.dtype in _TINY_FLOATS:
         if (out.size and k and a.dtype == out.dtype and b.dtype == out.dtype
                 and a.flags.c_contiguous and b.flags.c_contiguous and gemm.available()):

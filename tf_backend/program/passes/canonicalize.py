@@ -78,7 +78,7 @@ def _transpose_into_products(prog):
                 continue
             perm, spec = _perm(prog, t.inputs[1]), prog.slot_specs.get(t.inputs[0])
             if (perm is None or spec is None or spec.shape is None or len(perm) != len(spec.shape)
-                    or spec.dtype.kind != "f" or len(perm) < 2
+                    or getattr(spec.dtype, "kind", None) != "f" or len(perm) < 2
                     or (n.op == "MatMul" and len(perm) != 2)
                     or perm != list(range(len(perm) - 2)) + [len(perm) - 1, len(perm) - 2]):
                 continue
