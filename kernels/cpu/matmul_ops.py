@@ -92,7 +92,8 @@ def matmul(inputs, outputs, attrs):
         if (out.size and k and a.dtype == out.dtype and b.dtype == out.dtype
                 and a.flags.c_contiguous and b.flags.c_contiguous and gemm.available()):
             # one BLAS call from numba, as compiled regions make it: np.matmul spends ~1 us
-            # before its BLAS call (a 4x4 product 2.4 -> 0.9 us, AMD EPYC Zen 3)
+            # before its BLAS call (a 4x4 float32 product from Python, AMD EPYC Zen 3:
+            # np.matmul 1.3-2.0 us, mm32 0.7 us with writeable operands)
             (mm32 if out.dtype.itemsize == 4 else mm64)(a, b, out, ta, tb)
             return
         # what gemm.matmul does with it, three calls sooner
