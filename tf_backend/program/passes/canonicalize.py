@@ -64,9 +64,14 @@ _FLAGS = {"MatMul": ("transpose_a", "transpose_b"), "BatchMatMul": ("adj_x", "ad
           "BatchMatMulV2": ("adj_x", "adj_y"), "BatchMatMulV3": ("adj_x", "adj_y")}
 
 
+def _links(prog):
+    """(slot -> the node making it, ids of nodes another node waits for by a control edge)."""
+    return ({o: n for n in prog.nodes for o in n.outputs},
+            {id(c) for n in prog.nodes for c in n.ctrl})
+
+
 def _transpose_into_products(prog):
-    producer = {o: n for n in prog.nodes for o in n.outputs}
-    waited = {id(c) for n in prog.nodes for c in n.ctrl}
+    producer, waited = _links(prog)
     folded = 0
     for n in prog.nodes:
         flags = _FLAGS.get(n.op)
@@ -77,8 +82,10 @@ def _transpose_into_products(prog):
             if t is None or t.op != "Transpose" or t.kind != "kernel" or t.ctrl or id(t) in waited:
                 continue
             perm, spec = _perm(prog, t.inputs[1]), prog.slot_specs.get(t.inputs[0])
+            # (the input's static rank must be the perm's: a mismatch is Transpose's error to
+            # raise; a perm of fewer than two axes never equals the swap of the last two)
             if (perm is None or spec is None or spec.shape is None or len(perm) != len(spec.shape)
-                    or getattr(spec.dtype, "kind", None) != "f" or len(perm) < 2
+                    or getattr(spec.dtype, "kind", None) != "f"
                     or (n.op == "MatMul" and len(perm) != 2)
                     or perm != list(range(len(perm) - 2)) + [len(perm) - 1, len(perm) - 2]):
                 continue
@@ -102,8 +109,7 @@ def _perm(prog, slot):
 def _transpose_pairs(prog):
     """A transpose that undoes the transpose it reads is its input's input (values are
     immutable: a consumer reads the same elements); the first goes when nothing else reads it."""
-    producer = {o: n for n in prog.nodes for o in n.outputs}
-    waited = {id(c) for n in prog.nodes for c in n.ctrl}
+    producer, waited = _links(prog)
     sub, gone = {}, set()
     for n in prog.nodes:
         if n.op != "Transpose" or n.kind != "kernel" or n.ctrl or id(n) in waited:
