@@ -270,6 +270,60 @@ def _winograd_first(x, f, g, tiles, filter_is_variable):
             or (filter_is_variable and c >= WINOGRAD_KEPT_MIN_CHANNELS))
 
 
+
+# Without AVX-512F (8-lane FMA: the tiles' 24 accumulators spill) the rule above does not hold,
+# and a float32 convolution's kernel is chosen by measurement per shape (variants.py) among
+# those that run it: im2col + BLAS, Winograd where it applies, and the tiles for few input
+# channels (a network's first layer). AMD EPYC Zen 3 (AVX2), 2 threads, ms: the Keras MNIST
+# CNN's 128x28x28x1 -> 32 VALID forward: tiles 1.27, im2col 2.1-2.7 (stock 4.7); its filter
+# gradient: tiles 0.92, per-image sums 4.0 (stock 5.9); its 128x13x13x32 -> 64 forward:
+# im2col 5.4, Winograd 6.0, tiles 9.5 (stock 5.0): with more channels the tiles lose, and are
+# not measured (their compile is not spent on layers they would not win).
+def _measured_here(x):
+    return x.dtype == np.float32 and not _direct(x)
+
+
+def _key(x, f_shape, g):
+    return (x.shape, f_shape, g.sh, g.sw, g.dh, g.dw, g.pt, g.pb, g.pl, g.pr)
+
+
+class _Scratch:
+    """One output buffer for the candidates' measured runs, made on first use (a choice known
+    from the table measures nothing)."""
+
+    def __init__(self, like):
+        self.like, self.a = like, None
+
+    def __call__(self):
+        if self.a is None:
+            self.a = np.empty_like(self.like)
+        return self.a
+
+
+def _forward_measured(x, f, out, g, keep):
+    """The forward kernel measured for this shape ("tiles", "winograd" or "im2col"), or None
+    where the rule decides (AVX-512F, float64, a 1x1 product)."""
+    if not _measured_here(x) or _pointwise(g):
+        return None
+    wino = winograd.applies(x, f, g)
+    tiles = (x.shape[3] <= FEW_CHANNELS and out.flags.c_contiguous
+             and out.shape[0] * out.shape[1] * out.shape[2] >= DIRECT_MIN_PIXELS
+             and bf16_gemm.conv_eligible(x.shape, f.shape, g, 1))
+    if not (wino or tiles):
+        return "im2col"
+    s = _Scratch(out)
+    cands = {}   # the rule's order: the first wins a tie
+    if wino:
+        cands["winograd"] = lambda: (winograd.conv3x3(x, f, s(), g, keep)
+                                     or _im2col_forward(x, f, s(), g, keep))
+    cands["im2col"] = lambda: _im2col_forward(x, f, s(), g, keep)
+    if tiles:
+        cands["tiles"] = lambda: (bf16_gemm.conv2d_into(s(), x, f, g, keep=keep)
+                                  or _im2col_forward(x, f, s(), g, keep))
+    with np.errstate(all="ignore"):
+        return variants.choose("conv_f32_forward", _key(x, f.shape, g), cands)
+
+
 def conv_bias_relu(inputs, bias, out, attrs):
     """out = Relu(Conv2D(inputs) + bias) for float32 NHWC in one pass, the epilogue applied in
     the tiles' registers (the same float32 values as the three ops in turn); False where
@@ -277,7 +331,8 @@ def conv_bias_relu(inputs, bias, out, attrs):
     ops in turn, and their kernels raise stock's errors)."""
     x, f = inputs
     if (x.ndim != 4 or f.ndim != 4 or x.dtype != np.float32 or f.dtype != np.float32
-            or bias.dtype != np.float32 or bias.shape != (f.shape[-1],) or not _direct(x)):
+            or bias.dtype != np.float32 or bias.shape != (f.shape[-1],)
+            or (not _direct(x) and x.shape[3] > FEW_CHANNELS)):
         return False
     try:
         fmt, _, g = _geometry(x.shape, f.shape, attrs, "Conv2D", x.dtype)
@@ -285,10 +340,14 @@ def conv_bias_relu(inputs, bias, out, attrs):
         return False
     if fmt != "NHWC" or out.shape != (x.shape[0], g.oh, g.ow, f.shape[3]):
         return False
-    tiles = _tiles_apply(x, f, out, g)
     keep = attrs.get("_filter_is_variable", False)
-    if not tiles or _winograd_first(x, f, g, tiles, keep):
-        return False
+    if not _direct(x):
+        if _forward_measured(x, f, out, g, keep) != "tiles":
+            return False
+    else:
+        tiles = _tiles_apply(x, f, out, g)
+        if not tiles or _winograd_first(x, f, g, tiles, keep):
+            return False
     with np.errstate(all="ignore"):
         return bf16_gemm.conv2d_into(out, x, f, g, bias=bias, relu=True, keep=keep)
 
@@ -304,12 +363,26 @@ def conv_nhwc(x, f, out, g, filter_is_variable=False):
         xs = x if g.sh == g.sw == 1 else np.ascontiguousarray(x[:, ::g.sh, ::g.sw])
         gemm.matmul(xs.reshape(-1, C), w2, o2, filter_is_variable)
         return
-    tiles = _tiles_apply(x, f, out, g)
-    if (_winograd_first(x, f, g, tiles, filter_is_variable)
-            and winograd.conv3x3(x, f, out, g, filter_is_variable)):
+    run = _forward_measured(x, f, out, g, filter_is_variable)
+    if run is None:   # the rule: AVX-512F's tiles, Winograd where it measured faster
+        tiles = _tiles_apply(x, f, out, g)
+        wino = _winograd_first(x, f, g, tiles, filter_is_variable)
+    else:
+        tiles, wino = run == "tiles", run == "winograd"
+    if wino and winograd.conv3x3(x, f, out, g, filter_is_variable):
         return   # (a non-finite result is recomputed below, the direct way)
     if tiles and bf16_gemm.conv2d_into(out, x, f, g, keep=filter_is_variable):
         return   # FMA tiles over the taps
+    _im2col_forward(x, f, out, g, filter_is_variable)
+
+
+def _im2col_forward(x, f, out, g, filter_is_variable):
+    N, H, W, C = x.shape
+    KH, KW, _, CO = f.shape
+    OH, OW = out.shape[1], out.shape[2]
+    K = KH * KW * C
+    w2 = f.reshape(K, CO)
+    o2 = out.reshape(N * OH * OW, CO)
     step = max(1, COLS_CHUNK_BYTES // (OW * K * x.itemsize))   # image rows per chunk
     Q = N * OH
     step = min(step, Q)
@@ -413,10 +486,32 @@ def backprop_filter_nhwc(x, dy, df, g):
     N, H, W, C = x.shape
     KH, KW, _, CO = df.shape
     OH, OW = dy.shape[1], dy.shape[2]
-    K = KH * KW * C
-    if (C <= FEW_CHANNELS and _direct(x) and N * OH * OW >= FEW_TILES_MIN_PIXELS
+    if (C <= FEW_CHANNELS and N * OH * OW >= FEW_TILES_MIN_PIXELS
+            and (_direct(x) or _few_filter_grad_measured(x, dy, df, g) == "tiles")
             and bf16_gemm.backprop_filter_few_into(df, x, dy, g)):
         return   # a first layer on the float32 tiles: rows (kw, c), the pixels reduced
+    _filter_grad_own(x, dy, df, g)
+
+
+def _few_filter_grad_measured(x, dy, df, g):
+    """Without AVX-512F, a first layer's filter gradient measured for this shape: "tiles"
+    (bf16_gemm's few-row kernel) or "own" (what follows in backprop_filter_nhwc)."""
+    if (not _measured_here(x) or g.sh != 1 or g.sw != 1 or g.dw != 1 or df.shape[3] < 16
+            or df.shape[1] * df.shape[2] > bf16_gemm.FEW_ROWS_MAX):
+        return "own"   # (where the tiles' kernel declines)
+    s = _Scratch(df)
+    with np.errstate(all="ignore"):
+        return variants.choose("conv_f32_few_filter_grad", _key(x, df.shape, g), {
+            "own": lambda: _filter_grad_own(x, dy, s(), g),
+            "tiles": lambda: (bf16_gemm.backprop_filter_few_into(s(), x, dy, g)
+                              or _filter_grad_own(x, dy, s(), g))})
+
+
+def _filter_grad_own(x, dy, df, g):
+    N, H, W, C = x.shape
+    KH, KW, _, CO = df.shape
+    OH, OW = dy.shape[1], dy.shape[2]
+    K = KH * KW * C
     if C <= FEW_CHANNELS and K * CO <= FEW_MAX and x.dtype == np.float32 and N:
         # a first layer: im2col's columns would be K wide, its GEMM a thin reduction over every
         # pixel; per-image sums in L1, added in image order (the bits do not depend on threads)
