@@ -75,3 +75,18 @@ def assert_matches(ours, ref, kind="elementwise", reduction_len=1, rtol=None, at
 
 def backend_calls(stats, op):
     return stats["ops"].get(op, {}).get("backend", 0)
+
+
+def force_conv_forward(monkeypatch, x_shape, f_shape, choice, stride=1, padding="SAME"):
+    """Where a float32 Conv2D's kernel is measured (no AVX-512F: conv_ops._forward_measured),
+    run `choice` for this shape: for tests about what one kernel keeps (Winograd's kept
+    transforms), which the measurement could otherwise leave to another."""
+    from kernels.cpu import bf16_gemm, conv_ops, variants
+    if bf16_gemm.runs_f32():
+        return
+    attrs = {"strides": [1, stride, stride, 1], "padding": padding, "data_format": "NHWC",
+             "dilations": [1, 1, 1, 1], "explicit_paddings": []}
+    g = conv_ops._geometry(tuple(x_shape), tuple(f_shape), attrs, "Conv2D",
+                           np.dtype(np.float32))[2]
+    monkeypatch.setitem(variants._choices, conv_ops.measured_name(
+        "conv_f32_forward", x_shape, f_shape, g), choice)

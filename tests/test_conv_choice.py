@@ -20,8 +20,7 @@ def _geom(xs, fs, stride, pad):
 
 
 def _force(monkeypatch, family, xs, fs, g, choice):
-    name = family + "|" + "|".join(map(str, conv_ops._key(np.empty(xs, np.float32), fs, g)))
-    monkeypatch.setitem(variants._choices, name, choice)
+    monkeypatch.setitem(variants._choices, conv_ops.measured_name(family, xs, fs, g), choice)
 
 
 @pytest.fixture

@@ -283,8 +283,10 @@ def _measured_here(x):
     return x.dtype == np.float32 and not _direct(x)
 
 
-def _key(x, f_shape, g):
-    return (x.shape, f_shape, g.sh, g.sw, g.dh, g.dw, g.pt, g.pb, g.pl, g.pr)
+def measured_name(family, x_shape, f_shape, g):
+    """The variants.py name of a measured choice (tests force one under it)."""
+    return variants.name(family, (tuple(x_shape), tuple(f_shape), g.sh, g.sw, g.dh, g.dw,
+                                  g.pt, g.pb, g.pl, g.pr))
 
 
 class _Scratch:
@@ -321,7 +323,8 @@ def _forward_measured(x, f, out, g, keep):
         cands["tiles"] = lambda: (bf16_gemm.conv2d_into(s(), x, f, g, keep=keep)
                                   or _im2col_forward(x, f, s(), g, keep))
     with np.errstate(all="ignore"):
-        return variants.choose("conv_f32_forward", _key(x, f.shape, g), cands)
+        return variants.choose_named(measured_name("conv_f32_forward", x.shape, f.shape, g),
+                                     cands)
 
 
 def conv_bias_relu(inputs, bias, out, attrs):
@@ -501,7 +504,8 @@ def _few_filter_grad_measured(x, dy, df, g):
         return "own"   # (where the tiles' kernel declines)
     s = _Scratch(df)
     with np.errstate(all="ignore"):
-        return variants.choose("conv_f32_few_filter_grad", _key(x, df.shape, g), {
+        return variants.choose_named(
+            measured_name("conv_f32_few_filter_grad", x.shape, df.shape, g), {
             "own": lambda: _filter_grad_own(x, dy, s(), g),
             "tiles": lambda: (bf16_gemm.backprop_filter_few_into(s(), x, dy, g)
                               or _filter_grad_own(x, dy, s(), g))})

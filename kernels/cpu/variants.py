@@ -37,10 +37,19 @@ def _record(name, choice):
         kernels.record_choice(TABLE, _host(), name, choice)
 
 
+def name(family, key):
+    """The name a choice for (family, key) is kept under."""
+    return family + "|" + "|".join(map(str, key))
+
+
 def choose(family, key, cands):
     """The name of the candidate to run for (family, key); cands: {name: fn()} in order of
     preference on a tie, each fn computing the op into a scratch output of its own."""
-    name = family + "|" + "|".join(map(str, key))
+    return choose_named(name(family, key), cands)
+
+
+def choose_named(name, cands):
+    """choose() for a name made by name()."""
     got = _choices.get(name)
     if got in cands:
         return got
