@@ -38,6 +38,7 @@ def enable(mode="on", force=False, device=None):
                     dispatch.on_fast_uncount, dispatch.on_slow,
                     tracer=trace if trace.ON else None)
         tfa.install_function_hook(functions.on_call)
+        tfa.install_call_shortcut()
         _defer_compiles()
         _share_host()
         _register_report()
@@ -89,6 +90,7 @@ def disable():
         executor.shadow_mode = False
         tfa.uninstall()
         tfa.uninstall_function_hook()
+        tfa.uninstall_call_shortcut()
 
 
 def mode():

@@ -476,6 +476,109 @@ def uninstall_function_hook():
             _fn_installed = None
 
 
+
+# --- tf.function calls: TensorFlow's Python call layer, short-cut ---------------------------
+
+_call_installed = None   # (Function class, original __call__)
+CALL_KEYS_MAX = 64       # argument signatures kept per tf.function (a relaxed trace serves many)
+_NOT_PLAIN = (20, 21)    # DT_RESOURCE, DT_VARIANT: their trace type holds more than shape, dtype
+
+
+def install_call_shortcut():
+    """Patch polymorphic_function.Function.__call__ so that a repeated call skips TensorFlow's
+    Python binding and trace-type lookup: when every argument is an EagerTensor given
+    positionally (not a resource or variant), in a context where TensorFlow has already resolved
+    the same shapes and dtypes to a concrete function whose flat inputs are exactly those
+    tensors, that concrete function's _call_flat runs (what tracing_compilation.call_function
+    calls after its lookup; tapes and captures are handled there). Anything else, a new
+    signature, a retrace since, a changed context (device scope, strategy, graph), keyword
+    arguments, input_signature, jit_compile or run_functions_eagerly takes TensorFlow's path,
+    which then records the resolution. A 4x4 one-op function: 250 -> 90 us per call; a
+    tf.matmul wrapped as is (12 parameters to bind): 1 ms less (AMD EPYC Zen 3)."""
+    global _call_installed
+    with _lock:
+        if _call_installed is not None:
+            return
+        from tensorflow.python.eager.polymorphic_function import (
+            function_context, function_type_utils, polymorphic_function, tracing_compilation)
+        from tensorflow.python.framework import ops
+        cls = polymorphic_function.Function
+        orig = cls.__call__
+        eager_tensor = ops.EagerTensor
+        context_now = function_context.make_function_context
+
+        def signature(args):
+            key = []
+            for a in args:
+                if type(a) is not eager_tensor:
+                    return None
+                dt = a._datatype_enum()
+                if dt in _NOT_PLAIN:
+                    return None
+                key.append((a._shape_tuple(), dt))
+            return tuple(key)
+
+        def __call__(self, *args, **kwds):
+            known = self.__dict__.get("_tfb_calls")
+            if known is not None and known[0] is None:   # not a function this can short-cut
+                return orig(self, *args, **kwds)
+            key = ctx = None
+            if not kwds and not self._run_functions_eagerly:
+                key = signature(args)
+                if key is not None:
+                    ctx = context_now()
+                    if known is not None and known[0] == self.experimental_get_tracing_count():
+                        fn = known[1].get((key, ctx))
+                        if fn is False:   # resolved before, to other inputs: TensorFlow's path
+                            return orig(self, *args, **kwds)
+                        if fn is not None:
+                            return fn._call_flat(list(args), captured_inputs=fn.captured_inputs)
+            out = orig(self, *args, **kwds)
+            if key is not None:
+                _learn_call(self, args, (key, ctx), function_type_utils, tracing_compilation)
+            return out
+
+        __call__.__wrapped__ = orig
+        cls.__call__ = __call__
+        _call_installed = (cls, orig)
+
+
+def _learn_call(fn_obj, args, key, function_type_utils, tracing_compilation):
+    """After TensorFlow's own call: the concrete function it ran for these arguments, kept
+    under `key` (shapes and dtypes, context) when its flat inputs are exactly the arguments
+    (False when they are not: TensorFlow's path from then on, without asking again)."""
+    opts = (fn_obj._no_variable_creation_config if fn_obj._created_variables
+            else fn_obj._variable_creation_config)
+    if (fn_obj._jit_compile or opts is None or opts.input_signature is not None
+            or (opts.function_captures is not None and opts.function_captures.capture_types)):
+        fn_obj.__dict__["_tfb_calls"] = (None, None)
+        return
+    count = fn_obj.experimental_get_tracing_count()
+    known = fn_obj.__dict__.get("_tfb_calls")
+    if known is None or known[0] != count:
+        known = fn_obj.__dict__["_tfb_calls"] = (count, {})
+    if len(known[1]) >= CALL_KEYS_MAX:
+        return
+    bound = function_type_utils.canonicalize_function_inputs(
+        args, {}, fn_obj._function_type, fn_obj._default_values, fn_obj._is_pure)
+    concrete = tracing_compilation.trace_function(bound.args, bound.kwargs, opts)
+    if fn_obj.experimental_get_tracing_count() != count:
+        return   # (that lookup traced: not what the call ran)
+    flat = concrete.function_type.unpack_inputs(
+        concrete.function_type.bind(*bound.args, **bound.kwargs))
+    same = len(flat) == len(args) and all(f is a for f, a in zip(flat, args))
+    known[1][key] = concrete if same else False
+
+
+def uninstall_call_shortcut():
+    global _call_installed
+    with _lock:
+        if _call_installed is not None:
+            cls, orig = _call_installed
+            cls.__call__ = orig
+            _call_installed = None
+
+
 def _xla_marked(atomic_fn):
     av = atomic_fn.cached_definition.attr.get("_XlaMustCompile")
     return bool(av is not None and av.b)
