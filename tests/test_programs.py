@@ -193,6 +193,38 @@ def test_gradient_of_function_call_under_outer_tape(tf):
     assert n >= 2   # forward and backward functions
 
 
+@pytest.mark.parametrize("body", ["scale", "matmul_var", "passthrough"])
+def test_persistent_tape_through_a_function(tf, body):
+    """A persistent tape takes the function's higher-order forward, whose outputs include an
+    input passed through (the gradient reads it): our call must hand back a tensor of its own
+    there, as TensorFlow's does (the input itself made the tape's record a cycle: "Invalid tape
+    state"), and second-order gradients follow."""
+    w = tf.Variable(np.linspace(-1, 1, 9, dtype=np.float32).reshape(3, 3))
+    fns = {"scale": lambda a: tf.reduce_sum(a * 2.0),
+           "matmul_var": lambda a: tf.reduce_sum(tf.matmul(a, w) ** 2),
+           "passthrough": lambda a: (a, tf.reduce_sum(a * a))}
+    f = tf.function(fns[body])
+    x = tf.constant(np.linspace(0.5, 2, 12, dtype=np.float32).reshape(4, 3))
+
+    def grads():
+        with tf.GradientTape(persistent=True) as t2:
+            t2.watch(x)
+            with tf.GradientTape(persistent=True) as t1:
+                t1.watch(x)
+                y = f(x)
+                y = y[1] + tf.reduce_sum(y[0]) if body == "passthrough" else y
+            g = t1.gradient(y, x)
+            g_again = t1.gradient(y, x)
+        return [np.asarray(g), np.asarray(g_again), np.asarray(t2.gradient(g, x))]
+
+    tf_backend.disable()
+    ref = grads()
+    with tf_backend.enabled():
+        ours = grads()
+    for o, r in zip(ours, ref):
+        np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-6)
+
+
 def test_shapes_change_between_calls(tf, threads):
     @tf.function(reduce_retracing=True)
     def f(x):

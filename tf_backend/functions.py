@@ -269,7 +269,7 @@ def on_call(atomic_fn, args):
                             for a in e.args_ if hasattr(a, "shape"))
             raise _to_tf_error(executor.Failed(e.exc, e.node, ins), name) from None
         ledger.function_called(name, fallback=False)
-        return outs
+        return _distinct_outputs(list(outs), args)
     c.calls += 1
     # ctl: the program whose choice and waits decide this call. With a prologue it is the
     # generic program: the side must be known before the prologue takes a batch from its
@@ -338,10 +338,26 @@ def on_call(atomic_fn, args):
                 v = np.array(v)   # never hand TensorFlow a buffer we keep
             v = tfa.make_tensor_any(v)
         result.append(v)
+    _distinct_outputs(result, args)
     if trial is not None:
         _trial_step(ctl, name, trial, time.perf_counter() - t_start)
         _keep(c, ctl, trial, args)
     return result
+
+
+def _distinct_outputs(outs, args):
+    """Each output a tensor of its own, as TensorFlow's call makes them: an input passed
+    through (a forward function's output that its gradient reads) or one tensor at two outputs
+    gets a new handle on the same buffer. A tape records the call from its inputs' to its
+    outputs' ids: an output that is an input made a cycle (TensorFlow: "Invalid tape state",
+    seen with a persistent tape)."""
+    seen = {id(a) for a in args}
+    for i, v in enumerate(outs):
+        if type(v) is not BUFFER:
+            if id(v) in seen:
+                outs[i] = v = tfa.fresh_handle(v)
+            seen.add(id(v))
+    return outs
 
 
 def _run_prologue(c, args):

@@ -729,6 +729,12 @@ def execute_stock(op_type, inputs, flat_attrs, num_outputs):
         raise core._status_to_exception(e) from None
 
 
+def fresh_handle(t):
+    """A new EagerTensor on t's buffer (TensorFlow's Identity, run without recording on any
+    tape)."""
+    return execute_stock("Identity", [t], ("T", t._datatype_enum()), 1)[0]
+
+
 # Ops whose kernel keeps state between calls (a random generator): in a function each op has
 # its own kernel, while eager calls of the same op and attrs share one cached kernel. Run as one
 # eager op per program node, a seeded tf.random.uniform inside a function would continue the
