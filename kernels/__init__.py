@@ -225,6 +225,33 @@ def kernel(*op_types, device="cpu", dtypes=None, type_attr="T"):
     return register
 
 
+SPECIALIZERS = {}   # (op_type, device) -> fn(attrs, in_specs, out_specs, kernel) -> kernel or None
+
+
+def specializer(*op_types, device="cpu"):
+    """Register `fn(attrs, in_specs, out_specs, kernel)` for op types on a device: given a
+    program node's attrs and static specs (shape_fns.Spec, all shapes fully defined), it returns
+    a kernel `(inputs, outputs, attrs)` made for them, that checks what it assumes and hands
+    anything else to `kernel` (the registered one), or None. Generated drivers bind it in the
+    registered kernel's place: a tiny product then skips the checks every call repeats."""
+
+    def register(fn):
+        for op in op_types:
+            SPECIALIZERS[(op, device)] = fn
+        return fn
+
+    return register
+
+
+def specialized(kdef, attrs, in_specs, out_specs):
+    """The kernel a specializer made for these static specs, or kdef.fn."""
+    sp = SPECIALIZERS.get((kdef.op, kdef.device))
+    if (sp is None or out_specs is None or any(s is None or not s.fully_defined
+                                               for s in list(in_specs) + list(out_specs))):
+        return kdef.fn
+    return sp(attrs, in_specs, out_specs, kdef.fn) or kdef.fn
+
+
 VIEWS = {}   # (op_type, device) -> View: the op's outputs may be views of an input's data
 
 

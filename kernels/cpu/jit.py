@@ -63,6 +63,16 @@ def readonly_inputs(disp, written):
     return disp
 
 
+def entry_point(disp, arg_types):
+    """The compiled entry point of numba dispatcher `disp` for these argument types (numba
+    types), or None while it has none: calling it skips the dispatcher's typing of each
+    argument (a 4x4 product through mm32: 0.79 us by the dispatcher, 0.40 by its entry point).
+    The caller guarantees the arguments' types (dtype, rank, layout): the entry point unboxes
+    them as typed."""
+    cres = disp.overloads.get(tuple(arg_types))
+    return None if cres is None else cres.entry_point
+
+
 def named(fn, name):
     """fn under a qualified name of its own, for a function a factory makes in variants.
     numba names a compiled function by module, qualified name, argument types and a counter

@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+import kernels
 from shape_fns import Unsupported
 
 from ..devices.cpu import BUFFER, writable_expr
@@ -85,7 +86,9 @@ def source(prog, view, view_ops, small_bytes=0, plain_below=0, direct=None, out_
                 body += [f"vals[{s}] = o[{k}]" for k, s in enumerate(outs)]
         elif kind in ("kernel", "fused") and (out_shapes is not None or (
                 n.out_specs is not None and all(s.fully_defined for s in n.out_specs))):
-            fn = bind(n.fn if kind == "fused" else n.kdef.fn, "F", i)
+            fn = bind(n.fn if kind == "fused" else kernels.specialized(
+                n.kdef, n.attrs, [prog.slot_specs.get(s) for s in n.inputs], n.out_specs),
+                "F", i)
             arrays = "[" + ", ".join(_arr(v) for v in ins) + "]"
             body += reads + [f"a = {arrays}"]
             attrs = bind(n.attrs, "A", i)
