@@ -45,6 +45,8 @@ def _copy_checkout(tmp_path):
     return str(src)
 
 
+# slow: three pip installs (~30 s); integration/fresh_machine.sh runs README's first install
+@pytest.mark.slow
 def test_repeated_editable_installs_keep_the_startup_file(tmp_path):
     """Editable install, again with `wheel` present (as TensorFlow's dependencies bring it),
     then a wheel install: the start-up file is in site-packages after each, and the flag runs

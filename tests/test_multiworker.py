@@ -144,6 +144,8 @@ DYING = textwrap.dedent("""
 """)
 
 
+# slow: waits out a collective's timeout in two worker processes (~17 s)
+@pytest.mark.slow
 def test_a_dead_worker_makes_the_other_fail_with_tensorflows_error(tmp_path):
     """Worker 1 dies after two steps; worker 0's next all-reduce, a TensorFlow node inside our
     program, fails as stock's does (UnavailableError from TensorFlow's peer health check, ~11 s

@@ -7,6 +7,8 @@ import textwrap
 import time
 import xml.etree.ElementTree as ET
 
+import pytest
+
 SUITE = textwrap.dedent("""
     import numpy as np
     import tensorflow as tf
@@ -198,6 +200,8 @@ def _alive(pid):
         return False
 
 
+# slow: waits out a side's timeout (~21 s)
+@pytest.mark.slow
 def test_conformance_timed_out_side_is_reported_not_hidden(tmp_path):
     r, res = _conformance(tmp_path, STUCK_SUITE, "--timeout", "15", "--keep", str(tmp_path / "k"))
     assert r.returncode == 2, r.stdout + r.stderr            # a side did not finish
@@ -211,6 +215,8 @@ def test_conformance_timed_out_side_is_reported_not_hidden(tmp_path):
     assert "--forest" not in r.stdout and (tmp_path / "k" / "log-off.txt").exists()
 
 
+# slow: runs a chain of forked children to its kill (~7 s)
+@pytest.mark.slow
 def test_conformance_kills_a_fork_chain(tmp_path):
     pids = tmp_path / "pids.txt"
     r, res = _conformance(tmp_path, FORK_SUITE, "--max-procs", "4", "--timeout", "300",
