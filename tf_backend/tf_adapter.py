@@ -468,12 +468,16 @@ def call_function_stock(atomic_fn, args):
 
 
 def uninstall_function_hook():
-    global _fn_installed
+    _restore("_fn_installed", "call_flat")
+
+
+def _restore(name, attr):
+    """Put back the method a hook patched: global `name` holds (class, original) or None."""
     with _lock:
-        if _fn_installed is not None:
-            cls, orig = _fn_installed
-            cls.call_flat = orig
-            _fn_installed = None
+        installed = globals()[name]
+        if installed is not None:
+            setattr(installed[0], attr, installed[1])
+            globals()[name] = None
 
 
 
@@ -571,12 +575,7 @@ def _learn_call(fn_obj, args, key, function_type_utils, tracing_compilation):
 
 
 def uninstall_call_shortcut():
-    global _call_installed
-    with _lock:
-        if _call_installed is not None:
-            cls, orig = _call_installed
-            cls.__call__ = orig
-            _call_installed = None
+    _restore("_call_installed", "__call__")
 
 
 def _xla_marked(atomic_fn):

@@ -356,15 +356,11 @@ def conv_bias_relu(inputs, bias, out, attrs):
 
 
 def conv_nhwc(x, f, out, g, filter_is_variable=False):
-    N, H, W, C = x.shape
-    KH, KW, _, CO = f.shape
-    OH, OW = out.shape[1], out.shape[2]
-    K = KH * KW * C
-    w2 = f.reshape(K, CO)
-    o2 = out.reshape(N * OH * OW, CO)
     if _pointwise(g):
+        C, CO = f.shape[2], f.shape[3]
         xs = x if g.sh == g.sw == 1 else np.ascontiguousarray(x[:, ::g.sh, ::g.sw])
-        gemm.matmul(xs.reshape(-1, C), w2, o2, filter_is_variable)
+        gemm.matmul(xs.reshape(-1, C), f.reshape(C, CO), out.reshape(-1, CO),
+                    filter_is_variable)
         return
     run = _forward_measured(x, f, out, g, filter_is_variable)
     if run is None:   # the rule: AVX-512F's tiles, Winograd where it measured faster
