@@ -270,7 +270,6 @@ def _winograd_first(x, f, g, tiles, filter_is_variable):
             or (filter_is_variable and c >= WINOGRAD_KEPT_MIN_CHANNELS))
 
 
-
 # Without AVX-512F (8-lane FMA: the tiles' 24 accumulators spill) the rule above does not hold,
 # and a float32 convolution's kernel is chosen by measurement per shape (variants.py) among
 # those that run it: im2col + BLAS, Winograd where it applies, and the tiles for few input

@@ -111,8 +111,9 @@ def _tiny_matmul(attrs, in_specs, out_specs, generic):
     """A program's tiny float product (static shapes) as one call of mm32/mm64's compiled
     entry point: the generic kernel's checks (flags, sizes, dtypes, the library) made once here,
     and numba's typing of five arguments skipped once the dispatcher has compiled them (a 4x4
-    float32 product: kernel 1.7 us, this 0.5). Operands it does not expect (not C-contiguous,
-    other shapes or dtypes) go to the generic kernel."""
+    float32 product from Python, AMD EPYC Zen 3: generic kernel 1.9 us, this 1.0, of which the
+    checks below ~0.5). Operands it does not expect (not C-contiguous, other shapes or dtypes)
+    go to the generic kernel."""
     (sa, sb), so = in_specs, out_specs[0]
     dt = np.dtype(so.dtype)
     ta, tb = bool(attrs["transpose_a"]), bool(attrs["transpose_b"])
