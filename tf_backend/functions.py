@@ -332,13 +332,12 @@ def on_call(atomic_fn, args):
         ctl.waited = True
     ledger.function_called(name, fallback=False)
     result = []
-    for i, v in enumerate(outs):
+    for i, v in enumerate(_distinct_outputs(outs, args)):
         if type(v) is BUFFER:
             if i in c.const_outputs or not writable(v):
                 v = np.array(v)   # never hand TensorFlow a buffer we keep
             v = tfa.make_tensor_any(v)
         result.append(v)
-    _distinct_outputs(result, args)
     if trial is not None:
         _trial_step(ctl, name, trial, time.perf_counter() - t_start)
         _keep(c, ctl, trial, args)
@@ -350,10 +349,13 @@ def _distinct_outputs(outs, args):
     through (a forward function's output that its gradient reads) or one tensor at two outputs
     gets a new handle on the same buffer. A tape records the call from its inputs' to its
     outputs' ids: an output that is an input made a cycle (TensorFlow: "Invalid tape state",
-    seen with a persistent tape)."""
-    seen = {id(a) for a in args}
+    seen with a persistent tape). Our own buffers become new tensors anyway: only values
+    passed through are looked at, and the inputs' ids only once there is one."""
+    seen = None
     for i, v in enumerate(outs):
         if type(v) is not BUFFER:
+            if seen is None:
+                seen = {id(a) for a in args}
             if id(v) in seen:
                 outs[i] = v = tfa.fresh_handle(v)
             seen.add(id(v))

@@ -480,7 +480,6 @@ def _restore(name, attr):
             globals()[name] = None
 
 
-
 # --- tf.function calls: TensorFlow's Python call layer, short-cut ---------------------------
 
 _call_installed = None   # (Function class, original __call__)

@@ -48,6 +48,12 @@ def choose(family, key, cands):
     return choose_named(name(family, key), cands)
 
 
+def chosen(name):
+    """The choice this process already made (or loaded) for `name`, or None: a caller can skip
+    building its candidates."""
+    return _choices.get(name)
+
+
 def choose_named(name, cands):
     """choose() for a name made by name()."""
     got = _choices.get(name)
