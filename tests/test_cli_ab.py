@@ -159,28 +159,35 @@ def test_bench_only_one_tiny_workload(tf, tmp_path, capsys):
     assert "small-op" in text
 
 
-def test_bench_training_script_and_mixed_precision_workloads(tf, tmp_path, capsys):
+@pytest.mark.parametrize("only", [
+    "cnn-train-step,bf16-predict",
+    # the bfloat16 training kernels (convolution backprops by bfloat16 blocks, pooling
+    # gradients): 50 s of compiling on a cold cache
+    pytest.param("bf16-train-step", marks=pytest.mark.slow)])
+def test_bench_training_script_and_mixed_precision_workloads(tf, tmp_path, capsys, only):
     """Issue 16's workloads: the Keras training script's step and the mixed_bfloat16 CNN
     (train step, predict) run on both sides; the predict's outputs are checked at bfloat16's
     tolerance, and ours run its products on our kernels."""
     out_json = tmp_path / "b.json"
-    rc = cli.main(["bench", "--only", "cnn-train-step,bf16-train-step,bf16-predict",
-                   "--repeats", "2", "--warmup", "1", "--quick",
+    rc = cli.main(["bench", "--only", only, "--repeats", "2", "--warmup", "1", "--quick",
                    "--arms", "stock_function,ours_function", "--json", str(out_json), "-q"])
     text = capsys.readouterr().out
     assert rc == 0, text
     with open(out_json) as f:
         doc = schema.validate_bench(json.load(f))
     got = {w["name"]: w for w in doc["workloads"]}
-    assert set(got) == {"cnn-train-step", "bf16-train-step", "bf16-predict"}
+    assert set(got) == set(only.split(","))
     for w in got.values():
         assert all(r["status"] == "ok" for r in w["runs"]), w["runs"]
-    (row,) = [r for r in got["bf16-predict"]["numerics"] if r["arm"] == "ours_function"]
-    assert row["verdict"] == "ok" and row["compute_dtype"] == "bfloat16", row
-    ops = got["bf16-predict"]["coverage"]["ours_function"]["ops"]
-    assert ops["Conv2D"]["backend"] > 0 and ops["MatMul"]["backend"] > 0, ops
-    assert got["cnn-train-step"]["coverage"]["ours_function"]["ops"][
-        "Conv2DBackpropFilter"]["backend"] > 0
+    if "bf16-predict" in got:
+        (row,) = [r for r in got["bf16-predict"]["numerics"] if r["arm"] == "ours_function"]
+        assert row["verdict"] == "ok" and row["compute_dtype"] == "bfloat16", row
+        ops = got["bf16-predict"]["coverage"]["ours_function"]["ops"]
+        assert ops["Conv2D"]["backend"] > 0 and ops["MatMul"]["backend"] > 0, ops
+    for name, op in (("cnn-train-step", "Conv2DBackpropFilter"),
+                     ("bf16-train-step", "Conv2DBackpropFilter")):
+        if name in got:
+            assert got[name]["coverage"]["ours_function"]["ops"][op]["backend"] > 0
 
 
 def test_outputs_of_a_narrower_compute_dtype_compared_at_its_tolerance():

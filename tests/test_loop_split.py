@@ -242,8 +242,8 @@ _VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("name", [
-    "masked_lstm", "bidirectional_lstm",
+@pytest.mark.parametrize("name", [   # a masked whole loop: test_compiled_loops.py
+    pytest.param("masked_lstm", marks=pytest.mark.slow), "bidirectional_lstm",
     pytest.param("simple_rnn", marks=pytest.mark.slow),
     pytest.param("gru_reset_before", marks=pytest.mark.slow)])
 def test_recurrent_layer_variants_by_rows_give_stocks_gradients(tf, name, monkeypatch):

@@ -1184,13 +1184,12 @@ def test_forward_writes_reads_after_updates_match_stock(tf):
 
 # In-place loops share their templates across ops; what differs is the op's scalar function and
 # how it is inlined (elementwise.ensure_helpers: numba's inliner for those that branch, LLVM's
-# for the others). The default run checks ops of every such kind: plain, branching (DivNoNan,
-# Maximum/Minimum on integers, Xlogy, Elu, MulNoNan), with attributes (LeakyRelu, its gradient),
-# with a divisor check (FloorDiv, FloorMod, Pow), bitwise and shifts. Every op: -m slow.
-_IN_PLACE_SAMPLE = ("AddV2", "Sub", "Mul", "Relu", "Exp", "Sigmoid", "Tanh", "DivNoNan",
-                    "Maximum", "Minimum", "Xlogy", "Elu", "MulNoNan", "LeakyRelu",
-                    "LeakyReluGrad", "FloorDiv", "FloorMod", "Pow", "BitwiseAnd", "LeftShift",
-                    "SquaredDifference", "ReluGrad")
+# for the others). The default run checks one or two ops of every such kind: plain (AddV2, Mul,
+# Relu), branching (DivNoNan, Maximum on integers, Xlogy), with an attribute (LeakyRelu), with a
+# divisor check (FloorMod), a shift (LeftShift). Every op: -m slow (the 22 ops this sample had
+# cost 59 s of a cold default run, nearly all of it compiling).
+_IN_PLACE_SAMPLE = ("AddV2", "Mul", "Relu", "DivNoNan", "Maximum", "Xlogy", "LeakyRelu",
+                    "FloorMod", "LeftShift")
 
 
 def test_elementwise_kernels_in_place_give_the_fresh_outputs_bits():

@@ -40,9 +40,19 @@ def _run(tmp_path, *opts):
     return r, cases
 
 
-def test_plugin_on_records_ledger_and_hollow_passes(tmp_path):
+def _report_sums_the_whole_run(report):
+    """TF_BACKEND_REPORT under the plugin holds every test's counts, not the last test's."""
+    import json
+    doc = json.loads(report.read_text())
+    assert doc["tests"] == 3 and doc["ops"]["Relu"]["backend"] == 1, doc
+    assert doc["ops"]["BesselI0e"]["fallback"] == 1 and doc["totals"]["backend"] >= 3
+
+
+def test_plugin_on_records_ledger_and_hollow_passes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TF_BACKEND_REPORT", str(tmp_path / "report.json"))
     r, cases = _run(tmp_path, "--tf-backend=on")
     assert r.returncode == 0, r.stdout + r.stderr
+    _report_sums_the_whole_run(tmp_path / "report.json")
     props, failed = cases["test_uses_kernels"]
     assert not failed and int(props["tf_backend_backend_calls"]) >= 3
     assert '"Relu": 1' in props["tf_backend_ops"]
@@ -51,24 +61,13 @@ def test_plugin_on_records_ledger_and_hollow_passes(tmp_path):
     assert "1 passing tests ran our kernels, 2 hollow passes" in r.stdout   # Bessel fell back
 
 
-def test_report_at_exit_sums_the_whole_run(tmp_path, monkeypatch):
-    """TF_BACKEND_REPORT under the plugin holds every test's counts, not the last test's, with
-    and without xdist workers."""
-    import json
-    for opts in ((), ("-n", "2")):
-        report = tmp_path / f"report{len(opts)}.json"
-        monkeypatch.setenv("TF_BACKEND_REPORT", str(report))
-        r, _ = _run(tmp_path, "--tf-backend=on", *opts)
-        assert r.returncode == 0, r.stdout + r.stderr
-        doc = json.loads(report.read_text())
-        assert doc["tests"] == 3 and doc["ops"]["Relu"]["backend"] == 1, doc
-        assert doc["ops"]["BesselI0e"]["fallback"] == 1 and doc["totals"]["backend"] >= 3
-
-
-def test_plugin_summary_counts_xdist_workers_tests(tmp_path):
+def test_plugin_summary_counts_xdist_workers_tests(tmp_path, monkeypatch):
+    """The summary line, the results stream and TF_BACKEND_REPORT sum the workers' tests."""
+    monkeypatch.setenv("TF_BACKEND_REPORT", str(tmp_path / "report.json"))
     r, _ = _run(tmp_path, "--tf-backend=on", "-n", "2",
                 f"--tf-backend-results={tmp_path / 'r.jsonl'}")
     assert r.returncode == 0, r.stdout + r.stderr
+    _report_sums_the_whole_run(tmp_path / "report.json")
     assert "1 passing tests ran our kernels, 2 hollow passes" in r.stdout   # the workers' tests
     lines = (tmp_path / "r.jsonl").read_text().splitlines()
     assert len(lines) == 6 and '"tf_backend_hollow": "True"' in "".join(lines)
