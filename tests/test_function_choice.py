@@ -288,6 +288,19 @@ def test_a_records_key_does_not_depend_on_the_function_counter():
                                              (0, y))[1]).get_concrete_function(x).graph
     assert choices.key(g3, [x]) != choices.key(g1, [x])
 
+    def grad_fn():   # a custom gradient's op type ends in a process-wide uid
+        @tf.custom_gradient
+        def clip(v):
+            return tf.identity(v), lambda dy: tf.clip_by_value(dy, -1.0, 1.0)
+        return tf.function(lambda y: clip(y) * 2.0).get_concrete_function(x).graph
+
+    g4 = grad_fn()
+    tf.custom_gradient(lambda v: (v + 0.0, lambda dy: dy))(x)   # moves the uid
+    g5 = grad_fn()
+    texts = [str(g.as_graph_def()) for g in (g4, g5)]
+    assert "CustomGradient-" in texts[0] and texts[0] != texts[1]
+    assert choices.key(g4, [x]) == choices.key(g5, [x]) is not None
+
 
 def test_a_multi_worker_step_needs_tensorflow_clearly_faster_and_keeps_its_choice():
     """A function with collectives is timed on every worker at once; where the workers cannot

@@ -94,7 +94,7 @@ def _canonical(gd):
     if uids:
         top = re.sub(r'"(\d+)(?=[":])', lambda m: '"' + uids.get(m.group(1), m.group(1)), top)
     if not by_name:
-        return top.encode()
+        return _gradient_uids(top).encode()
     pat = re.compile("|".join(re.escape(n) for n in sorted(by_name, key=len, reverse=True)))
     order, texts = {}, [top]
     i = 0
@@ -105,7 +105,18 @@ def _canonical(gd):
                 order[n] = f"F{len(order)}"
                 texts.append(str(by_name[n]))
         i += 1
-    return "\n".join(pat.sub(lambda m: order[m.group(0)], t) for t in texts).encode()
+    return _gradient_uids("\n".join(pat.sub(lambda m: order[m.group(0)], t)
+                                     for t in texts)).encode()
+
+
+def _gradient_uids(text):
+    """A custom gradient's op type ("CustomGradient-846", the `_gradient_op_type` attr of a
+    tf.custom_gradient's ops: Keras' losses have them) ends in a process-wide uid too: numbered
+    in text order (a Keras fit's step got a key of its own in every process, so every process
+    ran its trial)."""
+    uids = {}
+    return re.sub(r"CustomGradient-(\d+)",
+                  lambda m: "CustomGradient-G%d" % uids.setdefault(m.group(1), len(uids)), text)
 
 
 def any_recorded():
