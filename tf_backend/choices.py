@@ -11,7 +11,8 @@ side. On the recurrent classifier of issue 15 (AMD EPYC, 2 cores) that was 0.4-0
 paid it every time.
 
 Key: a digest of the function's graph (its GraphDef as text, nested functions included and
-renamed in the order the graph reaches them: _canonical), the argument signature (dtypes and
+renamed in the order the graph reaches them, process-wide uids in node names and custom
+gradients' op types numbered: _canonical), the argument signature (dtypes and
 shapes), the CPU (shape_fns.host.cpu_key), the TensorFlow and NumPy versions and a digest of
 this package's sources (kernels/, shape_fns/, tf_backend/), so a change to our code or another
 machine measures again.
