@@ -112,9 +112,9 @@ def _canonical(gd):
 
 def _gradient_uids(text):
     """A custom gradient's op type ("CustomGradient-846", the `_gradient_op_type` attr of a
-    tf.custom_gradient's ops: Keras' losses have them) ends in a process-wide uid too: numbered
-    in text order (a Keras fit's step got a key of its own in every process, so every process
-    ran its trial)."""
+    tf.custom_gradient's ops: a Keras optimizer's step has one, adam/IdentityN) ends in a
+    process-wide uid too: numbered in text order (a Keras fit's step got a key of its own in
+    every process, so every process ran its trial)."""
     uids = {}
     return re.sub(r"CustomGradient-(\d+)",
                   lambda m: "CustomGradient-G%d" % uids.setdefault(m.group(1), len(uids)), text)
