@@ -184,10 +184,9 @@ def test_bench_training_script_and_mixed_precision_workloads(tf, tmp_path, capsy
         assert row["verdict"] == "ok" and row["compute_dtype"] == "bfloat16", row
         ops = got["bf16-predict"]["coverage"]["ours_function"]["ops"]
         assert ops["Conv2D"]["backend"] > 0 and ops["MatMul"]["backend"] > 0, ops
-    for name, op in (("cnn-train-step", "Conv2DBackpropFilter"),
-                     ("bf16-train-step", "Conv2DBackpropFilter")):
-        if name in got:
-            assert got[name]["coverage"]["ours_function"]["ops"][op]["backend"] > 0
+    for name in {"cnn-train-step", "bf16-train-step"} & set(got):
+        assert got[name]["coverage"]["ours_function"]["ops"]["Conv2DBackpropFilter"][
+            "backend"] > 0
 
 
 def test_outputs_of_a_narrower_compute_dtype_compared_at_its_tolerance():
