@@ -544,6 +544,44 @@ def test_programs_specialise_per_input_shape(tf, tmp_path, monkeypatch):
     functions.clear_cache()
 
 
+def test_specialisations_optimise_clones_of_one_lowering(tf, monkeypatch):
+    """A function with dynamic inputs is lowered once: each specialisation optimises a clone of
+    that program (its nodes, sub-programs and control edges new), so the pristine one stays as
+    lowered for the next shape. A while loop with a captured variable and a control edge; each
+    batch size against stock, then the first size again."""
+    from tf_backend.program import lower
+    functions.clear_cache()
+    lowered = []
+    orig = lower.lower
+    monkeypatch.setattr(lower, "lower", lambda g, n: lowered.append(n) or orig(g, n))
+    v = tf.Variable(np.linspace(-1, 1, 8, dtype=np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32)])
+    def f(x):
+        def body(i, acc):
+            return i + 1, tf.tanh(acc * v + 0.5)
+        with tf.control_dependencies([v.assign_add(tf.fill([8], 0.0))]):
+            n = tf.shape(x)[0]
+        return tf.while_loop(lambda i, acc: i < n, body, (0, x))[1] + tf.reduce_sum(x)
+
+    for rows in (3, 5, 3):
+        x = tf.constant(np.linspace(-1, 1, rows * 8, dtype=np.float32).reshape(rows, 8))
+        ref, ours, _ = _both(f, x)
+        _close(ours, ref)
+    c = next(iter(functions._cache.values()))
+    assert set(c.specialized) == {((3, 8),), ((5, 8),)} and c.lowered is not None
+    assert sum(n == c.name for n in lowered) == 1, lowered   # the outer function, once
+    progs = [c.lowered, c.program, *c.specialized.values()]
+    ids = [{id(n) for n in p.nodes} for p in progs]
+    assert all(not (a & b) for i, a in enumerate(ids) for b in ids[i + 1:])
+    whiles = [[n for n in p.nodes if n.kind == "while"] for p in progs]
+    assert all(len(w) == 1 for w in whiles)
+    subs = [id(sub) for w in whiles for sub in w[0].subs]
+    assert len(set(subs)) == len(subs)   # each program its own loop bodies
+    assert not any(getattr(sub, "nested", False) for sub in whiles[0][0].subs)  # never optimised
+    functions.clear_cache()
+
+
 def _non_topological(graph):
     """Ops of graph (in get_operations() order) that read a tensor made by a later op."""
     pos = {op.name: i for i, op in enumerate(graph.get_operations())}

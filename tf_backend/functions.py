@@ -21,7 +21,8 @@ _lock = threading.Lock()
 
 class Compiled:
     __slots__ = ("name", "program", "reason", "const_outputs", "strict_violations", "graph",
-                 "dynamic", "specialized", "bound", "choice_key", "prologue", "last", "calls")
+                 "dynamic", "specialized", "bound", "choice_key", "prologue", "last", "calls",
+                 "lowered")
 
     def __init__(self, name, program=None, reason=None):
         self.name, self.program, self.reason = name, program, reason
@@ -38,6 +39,8 @@ class Compiled:
         # then the generic program's, made before the prologue takes its batch
         self.prologue = ()
         self.last = None         # with a prologue: the program its latest call ran
+        self.lowered = None      # with dynamic inputs: the program as lowered, before any pass
+        #                          (each specialisation optimises a clone of it)
 
 
 MAX_SPECIALIZED = 8
@@ -115,13 +118,14 @@ def compile_function(name, graph, device=None):
     """Lower + optimise (for `device`, when given); returns Compiled (program or whole-function
     fallback reason)."""
     t0 = time.perf_counter()
-    bound = None
+    bound = lowered = None
     try:
         if device is not None:
             bound = on_device.compile_program(graph, name, device)
             prog = bound.program
         else:
             prog = lower.hoist_prologue(lower.lower(graph, name))
+            lowered = prog.clone() if _dynamic(prog) else None
             _dump(prog, "before")
             passes.optimize(prog)
         _dump(prog, "after")
@@ -136,20 +140,27 @@ def compile_function(name, graph, device=None):
         return Compiled(name, reason=reason)
     c = Compiled(name, prog)
     c.graph, c.bound = graph, bound
+    c.lowered = lowered
     c.const_outputs = {i for i, s in enumerate(prog.outputs) if s in prog.consts}
     c.strict_violations = _eligible_fallbacks(prog)
     c.prologue = tuple((n, [prog.inputs.index(s) for s in n.inputs]) for n in prog.prologue)
-    c.dynamic = tuple(i for i, s in enumerate(prog.inputs)
-                      if prog.slot_specs[s].dtype.kind != "O" and not prog.slot_specs[s].fully_defined)
+    c.dynamic = _dynamic(prog)
     ledger.function_compiled(name, _node_summary(prog), None, time.perf_counter() - t0)
     return c
+
+
+def _dynamic(prog):
+    """Input positions whose static shape has unknown dims (a specialisation fills them)."""
+    return tuple(i for i, s in enumerate(prog.inputs)
+                 if prog.slot_specs[s].dtype.kind != "O" and not prog.slot_specs[s].fully_defined)
 
 
 def specialize(c, shapes):
     """A program compiled for concrete shapes of the dynamic inputs (static specs everywhere:
     allocation without shape fns, fusion plans and buffer reuse decided once)."""
     try:
-        prog = lower.hoist_prologue(lower.lower(c.graph, c.name))   # as compile_function
+        prog = (c.lowered.clone() if c.lowered is not None else   # lowered once
+                lower.hoist_prologue(lower.lower(c.graph, c.name)))
         for i, shape in zip(c.dynamic, shapes):
             s = prog.inputs[i]
             prog.slot_specs[s] = Spec(shape, prog.slot_specs[s].dtype)

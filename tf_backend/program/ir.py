@@ -15,6 +15,8 @@ Node kinds:
   region  a run of small nodes compiled as one function (compile_regions; attrs["nodes"] run
           until it is compiled, or where the device declines it)
 """
+import copy
+
 from shape_fns.spec import fmt_shape
 
 
@@ -82,6 +84,30 @@ class Program:
         self.kernel_state = None   # any node keeps kernel state between calls (functions.py)
         self.tuned = False      # kernel choices made (tf_backend/autotune.py, first runs)
         self.tune_state = None  # while they are being measured
+
+    def clone(self):
+        """A copy to optimise on its own (functions.specialize: one lowering serves every
+        specialisation): new nodes, sub-programs and containers; kernels, attribute values,
+        specs and constants shared, as passes replace them and never write into them."""
+        new = copy.copy(self)
+        for k, v in vars(self).items():
+            if type(v) in (list, dict, set):
+                setattr(new, k, type(v)(v))
+        made = {}
+
+        def node(n):
+            m = made.get(id(n))
+            if m is None:
+                m = made[id(n)] = copy.copy(n)
+                m.inputs, m.outputs, m.attrs = list(n.inputs), list(n.outputs), dict(n.attrs)
+                m.subs = tuple(sub.clone() for sub in n.subs)
+            return m
+
+        new.nodes = [node(n) for n in self.nodes]
+        new.prologue = [node(n) for n in self.prologue]
+        for m in list(made.values()):
+            m.ctrl = [node(c) for c in m.ctrl]
+        return new.finalize()
 
     def new_slot(self, name=""):
         s = self.n_slots
