@@ -125,7 +125,8 @@ def compile_function(name, graph, device=None):
             prog = bound.program
         else:
             prog = lower.hoist_prologue(lower.lower(graph, name))
-            lowered = prog.clone() if _dynamic(prog) else None
+            if _dynamic(prog):   # (passes never change the inputs' specs)
+                lowered = prog.clone()
             _dump(prog, "before")
             passes.optimize(prog)
         _dump(prog, "after")
@@ -159,8 +160,7 @@ def specialize(c, shapes):
     """A program compiled for concrete shapes of the dynamic inputs (static specs everywhere:
     allocation without shape fns, fusion plans and buffer reuse decided once)."""
     try:
-        prog = (c.lowered.clone() if c.lowered is not None else   # lowered once
-                lower.hoist_prologue(lower.lower(c.graph, c.name)))
+        prog = c.lowered.clone()   # lowered once, by compile_function
         for i, shape in zip(c.dynamic, shapes):
             s = prog.inputs[i]
             prog.slot_specs[s] = Spec(shape, prog.slot_specs[s].dtype)
